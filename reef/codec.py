@@ -1,0 +1,140 @@
+"""Avro single-object encoding of events, with a fingerprint catalogue.
+
+Wire format of every value (Avro specification, "Single object encoding"):
+``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's
+Parsing Canonical Form + the Avro binary body. Readers look the fingerprint up in the
+catalogue (current schemas plus every superseded version kept in ``schemas/history``)
+and resolve the writer schema to the current reader schema of the same event type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+from fastavro.validation import validate
+
+from reef.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
+from reef.events import EVENT_TYPES, Event
+
+MAGIC: Final = b"\xc3\x01"
+HEADER_LEN: Final = 10
+EVENT_TYPE_HEADER: Final = "reef-event-type"
+FINGERPRINT_HEADER: Final = "reef-schema-fingerprint"
+
+Headers = list[tuple[str, bytes]]
+
+
+def schema_dir() -> Path:
+    """Where the ``.avsc`` files are: the checkout's ``schemas/`` or the wheel's copy."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "schemas", here / "_schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("schemas/ not found next to the reef package")
+
+
+def schema_fingerprint(schema: Mapping[str, Any]) -> str:
+    """CRC-64-AVRO fingerprint of the canonical form, as 16 hex chars (little-endian bytes)."""
+    return str(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaEntry:
+    event_type: str
+    fingerprint: str
+    schema: dict[str, Any]  # parsed by fastavro
+
+
+class SchemaCatalogue:
+    """Fingerprint → writer schema, and event type → current (reader) schema."""
+
+    def __init__(self, current: Mapping[str, dict[str, Any]], history: list[dict[str, Any]]) -> None:
+        self._current: dict[str, SchemaEntry] = {}
+        self._by_fingerprint: dict[str, SchemaEntry] = {}
+        for raw in [*current.values(), *history]:
+            entry = _entry(raw)
+            self._by_fingerprint[entry.fingerprint] = entry
+        for name, raw in current.items():
+            self._current[name] = _entry(raw)
+
+    @classmethod
+    def load(cls, directory: Path | None = None) -> SchemaCatalogue:
+        root = directory or schema_dir()
+        current = {p.stem: json.loads(p.read_text()) for p in sorted(root.glob("*.avsc"))}
+        history = [json.loads(p.read_text()) for p in sorted((root / "history").glob("*.avsc"))]
+        return cls(current, history)
+
+    def current(self, event_type: str) -> SchemaEntry:
+        try:
+            return self._current[event_type]
+        except KeyError:
+            raise UnknownSchemaError(f"no schema for event type {event_type!r}") from None
+
+    def writer(self, fp: str) -> SchemaEntry:
+        try:
+            return self._by_fingerprint[fp]
+        except KeyError:
+            raise UnknownSchemaError(f"unknown schema fingerprint {fp}") from None
+
+    def fingerprints(self) -> set[str]:
+        return set(self._by_fingerprint)
+
+
+def _entry(raw: dict[str, Any]) -> SchemaEntry:
+    name = raw["name"]
+    parsed = fastavro.parse_schema(raw, _write_hint=False)
+    return SchemaEntry(name, schema_fingerprint(raw), parsed)
+
+
+class EventCodec:
+    """Encodes events to single-object Avro bytes plus Kafka headers, and back."""
+
+    def __init__(self, catalogue: SchemaCatalogue | None = None) -> None:
+        self.catalogue = catalogue or SchemaCatalogue.load()
+
+    def encode(self, event: Event) -> tuple[bytes, Headers]:
+        entry = self.catalogue.current(event.type_name())
+        record = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+        _validate(entry, record)
+        buffer = io.BytesIO()
+        buffer.write(MAGIC)
+        buffer.write(bytes.fromhex(entry.fingerprint))
+        fastavro.schemaless_writer(buffer, entry.schema, record)
+        headers = [
+            (EVENT_TYPE_HEADER, entry.event_type.encode()),
+            (FINGERPRINT_HEADER, entry.fingerprint.encode()),
+        ]
+        return buffer.getvalue(), headers
+
+    def decode(self, payload: bytes) -> Event:
+        if len(payload) < HEADER_LEN or payload[:2] != MAGIC:
+            raise CorruptRecordError("not a single-object Avro payload (bad magic)")
+        writer = self.catalogue.writer(payload[2:HEADER_LEN].hex())
+        reader = self.catalogue.current(writer.event_type)
+        try:
+            record = fastavro.schemaless_reader(
+                io.BytesIO(payload[HEADER_LEN:]), writer.schema, reader.schema
+            )
+        except Exception as exc:  # fastavro raises bare EOFError/ValueError/etc. on garbage
+            raise CorruptRecordError(f"cannot decode {writer.event_type}: {exc}") from exc
+        if not isinstance(record, dict):
+            raise CorruptRecordError(f"{writer.event_type} decoded to a non-record")
+        return EVENT_TYPES[writer.event_type](**record)
+
+
+def _validate(entry: SchemaEntry, record: Mapping[str, Any]) -> None:
+    for field in entry.schema["fields"]:
+        name = field["name"]
+        value = record.get(name)
+        if not validate(value, field["type"], raise_errors=False):
+            raise EventValidationError(
+                entry.event_type, name, f"{value!r} does not match Avro type {field['type']!r}"
+            )

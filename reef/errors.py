@@ -1,0 +1,73 @@
+"""Reef's one error tree; library errors are translated into it once, in their adapter.
+
+    ReefError
+    ├── ConfigError                 bad configuration, found at start-up
+    ├── CodecError                  encoding / decoding of events
+    │   ├── EventValidationError    an event does not match its schema (names the field)
+    │   ├── UnknownSchemaError      a payload's fingerprint is not in the catalogue
+    │   └── CorruptRecordError      a payload is not single-object Avro at all
+    ├── LogError                    the event log
+    │   ├── LogUnavailableError     cannot record right now (HTTP 503); nothing was written
+    │   └── UnknownTopicError       the topic does not exist
+    ├── StackError                  the local development stack (Kafka, S3) failed
+    └── RequestError                a client request is invalid (HTTP 4xx, see reef.api)
+
+Every adapter raises these with ``raise ... from exc`` so the cause stays visible.
+"""
+
+from __future__ import annotations
+
+
+class ReefError(Exception):
+    """Base of every error Reef raises on purpose."""
+
+
+class ConfigError(ReefError):
+    """The configuration is invalid."""
+
+
+class CodecError(ReefError):
+    """An event could not be encoded or decoded."""
+
+
+class EventValidationError(CodecError):
+    """An event does not match its Avro schema; the message names the field."""
+
+    def __init__(self, event_type: str, field: str, reason: str) -> None:
+        super().__init__(f"{event_type}.{field}: {reason}")
+        self.event_type = event_type
+        self.field = field
+
+
+class UnknownSchemaError(CodecError):
+    """The payload's schema fingerprint is not in the catalogue."""
+
+
+class CorruptRecordError(CodecError):
+    """The payload is not a well-formed single-object-encoded Avro datum."""
+
+
+class LogError(ReefError):
+    """The event log failed."""
+
+
+class LogUnavailableError(LogError):
+    """The log cannot record right now; the write did not happen."""
+
+
+class UnknownTopicError(LogError):
+    """The topic does not exist in this log."""
+
+
+class StackError(ReefError):
+    """The local development stack could not be installed, started or reached."""
+
+
+class RequestError(ReefError):
+    """A client request is invalid; carries an HTTP status and a stable code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message

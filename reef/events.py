@@ -1,0 +1,157 @@
+"""Event types: immutable past-tense facts, one envelope, one Avro schema each.
+
+The dataclasses mirror ``schemas/<Name>.avsc`` field for field (a test pins that).
+Free-form JSON payloads (request bodies, feedback, metadata) travel as JSON text so
+their shape can evolve without schema changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    """The current time, truncated to the millisecond precision of the schemas."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """The envelope every event carries."""
+
+    event_id: str
+    scenario: str
+    occurred_at: datetime
+    producer: str
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.__name__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScenarioCreated(Event):
+    recipe: str
+    initial_release_id: str
+    seed_content_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceRecorded(Event):
+    dialect: str
+    route: str
+    release_id: str
+    stream: bool
+    status: int
+    complete: bool
+    latency_ms: float
+    upstream_latency_ms: float
+    served_release_id: str | None = None
+    weight_version: str | None = None
+    model: str | None = None
+    error: str | None = None
+    request_json: str | None = None
+    request_ref: str | None = None
+    response_json: str | None = None
+    response_ref: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportSubmitted(Event):
+    score: float
+    feedback_json: str
+    references: list[str]
+    metadata_json: str
+    content_hash: str
+    reporter: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleJoined(Event):
+    report_id: str
+    references: list[str]
+    trajectory_json: str
+    score: float
+    feedback_json: str
+    metadata_json: str
+    release_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportRejected(Event):
+    report_id: str
+    reason: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseProposed(Event):
+    proposal_id: str
+    content_id: str
+    operation: str
+    parent_release_id: str | None = None
+    target_release_id: str | None = None
+    metrics_json: str = "{}"
+    evaluation_json: str = "{}"
+    sample_ids: list[str] = field(default_factory=list)
+    pending: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseCommitted(Event):
+    release_id: str
+    proposal_id: str
+    content_id: str
+    operation: str
+    parent_release_id: str | None = None
+    target_release_id: str | None = None
+    metrics_json: str = "{}"
+    evaluation_json: str = "{}"
+    sample_ids: list[str] = field(default_factory=list)
+    pending: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRejected(Event):
+    proposal_id: str
+    reason: str
+    head_release_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLoaded(Event):
+    engine_id: str
+    release_id: str
+    weight_version: str
+    method: str
+    load_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLoadFailed(Event):
+    engine_id: str
+    release_id: str
+    error: str
+    attempt: int
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        ScenarioCreated,
+        InferenceRecorded,
+        ReportSubmitted,
+        SampleJoined,
+        ReportRejected,
+        ReleaseProposed,
+        ReleaseCommitted,
+        ReleaseRejected,
+        EngineLoaded,
+        EngineLoadFailed,
+    )
+}

@@ -1,0 +1,32 @@
+"""The event log port and its adapters."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from reef.log.base import EventLog, LogRecord, PendingAppend, Position
+from reef.settings import Settings
+
+__all__ = ["EventLog", "LogRecord", "PendingAppend", "Position", "open_log", "running"]
+
+
+def open_log(settings: Settings, *, client_id: str = "reef") -> EventLog:
+    """The adapter the settings name (not yet started)."""
+    if settings.log == "kafka":
+        from reef.log.kafka import KafkaLog
+
+        return KafkaLog(settings.kafka_bootstrap, partitions=settings.partitions, client_id=client_id)
+    from reef.log.embedded import EmbeddedLog
+
+    return EmbeddedLog(settings.state_dir / "log.sqlite3", partitions=settings.partitions)
+
+
+@contextlib.asynccontextmanager
+async def running(log: EventLog) -> AsyncIterator[EventLog]:
+    """Start the log for the block and close it after (flushing what it holds)."""
+    await log.start()
+    try:
+        yield log
+    finally:
+        await log.close()

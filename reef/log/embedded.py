@@ -1,0 +1,342 @@
+"""The embedded event log: one SQLite file with Kafka's topics, partitions and offsets.
+
+Same keys, same partition numbers (Kafka's murmur2 partitioner), same encoded bytes as
+the Kafka adapter, so a deployment can move between the two by copying records.
+
+Commit order (group commit, written down once here):
+
+1. ``append``/``append_many`` queue their records with a future and wait.
+2. The single writer task takes everything queued (up to ``max_batch`` records) and,
+   in the writer thread, opens ``BEGIN IMMEDIATE`` (the cross-process write lock),
+   reads each touched partition's next offset, inserts the records and ``COMMIT``s.
+   ``journal_mode=WAL`` + ``synchronous=FULL`` make the commit fsync the WAL.
+3. Only then are the futures resolved, so an acknowledged append is on disk.
+
+A crash before step 2's COMMIT leaves nothing visible (SQLite rolls the WAL frames
+back); a crash between the COMMIT and step 3 leaves records that were durable but not
+acknowledged, which callers handle by retrying with the same event id (every reader
+de-duplicates by id). A failed COMMIT (disk full, I/O error) fails the whole group
+with :class:`LogUnavailableError` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final, TypeVar
+
+from reef.errors import LogError, LogUnavailableError, UnknownTopicError
+from reef.log.base import Headers, LogRecord, PendingAppend, Position
+from reef.log.partitioner import partition_for
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY,
+    partitions INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    key BLOB,
+    value BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    timestamp_ms INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS records_position ON records (topic, partition, "offset");
+CREATE TABLE IF NOT EXISTS consumer_offsets (
+    grp TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (grp, topic, partition)
+);
+"""
+
+T = TypeVar("T")
+
+_READ_CHUNK: Final = 500
+_POLL_SECONDS: Final = 0.05
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the durability settings every embedded-log writer must use."""
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _encode_headers(headers: Headers) -> str:
+    return json.dumps([[name, value.hex()] for name, value in headers])
+
+
+def _decode_headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(text))
+
+
+class EmbeddedLog:
+    """:class:`reef.log.base.EventLog` on a local SQLite file."""
+
+    def __init__(self, path: Path, *, partitions: int = 6, max_batch: int = 1000) -> None:
+        self.path = path
+        self._partitions = partitions
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[list[PendingAppend], asyncio.Future[list[Position]]]]
+        self._writer_task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reef-log-writer")
+        self._conn: sqlite3.Connection | None = None
+        self._topics: dict[str, int] = {}
+        self._appended = asyncio.Event()
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    async def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = await self._in_writer(lambda: connect(self.path))
+        await self._in_writer(lambda: self._db().executescript(_SCHEMA))
+        await self._load_topics()
+        self._queue = asyncio.Queue()
+        self._writer_task = asyncio.create_task(self._writer_loop(), name="reef-log-writer")
+
+    async def close(self) -> None:
+        if self._writer_task is not None:
+            self._writer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer_task
+            self._writer_task = None
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await self._in_writer(conn.close)
+        self._executor.shutdown(wait=True)
+
+    async def ensure_topics(self, topics: Sequence[str]) -> None:
+        def create() -> None:
+            db = self._db()
+            db.executemany(
+                "INSERT OR IGNORE INTO topics (name, partitions) VALUES (?, ?)",
+                [(name, self._partitions) for name in topics],
+            )
+
+        await self._in_writer(create)
+        await self._load_topics()
+
+    async def append(self, topic: str, key: bytes, value: bytes, headers: Headers = ()) -> Position:
+        (position,) = await self.append_many([PendingAppend(topic, key, value, tuple(headers))])
+        return position
+
+    async def append_many(self, records: Sequence[PendingAppend]) -> list[Position]:
+        for record in records:
+            if record.topic not in self._topics:
+                await self._load_topics()
+                if record.topic not in self._topics:
+                    raise UnknownTopicError(f"unknown topic {record.topic!r}")
+        if self._writer_task is None:
+            raise LogUnavailableError("the embedded log is not started")
+        future: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
+        await self._queue.put((list(records), future))
+        return await future
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        count = await self._partition_count(topic)
+
+        def query() -> dict[int, int]:
+            with self._reader() as db:
+                rows = db.execute(
+                    'SELECT partition, MAX("offset") + 1 FROM records WHERE topic = ? '
+                    "GROUP BY partition",
+                    (topic,),
+                ).fetchall()
+            ends = dict.fromkeys(range(count), 0)
+            ends.update({int(p): int(o) for p, o in rows})
+            return ends
+
+        return await asyncio.to_thread(query)
+
+    async def read(
+        self,
+        topic: str,
+        *,
+        start: Mapping[int, int] | None = None,
+        partitions: Sequence[int] | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogRecord]:
+        count = await self._partition_count(topic)
+        wanted = list(partitions) if partitions is not None else list(range(count))
+        positions = {p: (start or {}).get(p, 0) for p in wanted}
+        stop = None if follow else await self.end_offsets(topic)
+        while True:
+            self._appended.clear()
+            batch = await asyncio.to_thread(self._read_chunk, topic, positions, stop)
+            for record in batch:
+                positions[record.partition] = record.offset + 1
+                yield record
+            if batch:
+                continue
+            if stop is not None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), _POLL_SECONDS)
+
+    async def committed(self, group: str, topic: str) -> dict[int, int]:
+        def query() -> dict[int, int]:
+            with self._reader() as db:
+                rows = db.execute(
+                    "SELECT partition, next_offset FROM consumer_offsets "
+                    "WHERE grp = ? AND topic = ?",
+                    (group, topic),
+                ).fetchall()
+            return {int(p): int(o) for p, o in rows}
+
+        return await asyncio.to_thread(query)
+
+    async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        def write() -> None:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT INTO consumer_offsets (grp, topic, partition, next_offset) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (grp, topic, partition) "
+                    "DO UPDATE SET next_offset = excluded.next_offset",
+                    [(group, topic, p, o) for p, o in offsets.items()],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        await self._guarded(write)
+
+    # -- writer side -------------------------------------------------------------
+
+    async def _writer_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            group = [first]
+            size = len(first[0])
+            while size < self._max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
+                group.append(item)
+                size += len(item[0])
+            records = [record for batch, _ in group for record in batch]
+            try:
+                positions = await self._guarded(lambda: self._write(records))
+            except LogError as exc:
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            cursor = 0
+            for batch, future in group:
+                if not future.done():
+                    future.set_result(positions[cursor : cursor + len(batch)])
+                cursor += len(batch)
+            self._appended.set()
+
+    def _write(self, records: list[PendingAppend]) -> list[Position]:
+        db = self._db()
+        now = int(time.time() * 1000)
+        next_offsets: dict[tuple[str, int], int] = {}
+        rows = []
+        positions = []
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for record in records:
+                partition = partition_for(record.key, self._topics[record.topic])
+                slot = (record.topic, partition)
+                if slot not in next_offsets:
+                    (head,) = db.execute(
+                        'SELECT COALESCE(MAX("offset") + 1, 0) FROM records '
+                        "WHERE topic = ? AND partition = ?",
+                        slot,
+                    ).fetchone()
+                    next_offsets[slot] = int(head)
+                offset = next_offsets[slot]
+                next_offsets[slot] = offset + 1
+                rows.append(
+                    (record.topic, partition, offset, record.key, record.value,
+                     _encode_headers(record.headers), now)
+                )
+                positions.append(Position(record.topic, partition, offset))
+            db.executemany(
+                'INSERT INTO records (topic, partition, "offset", key, value, headers, '
+                "timestamp_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        return positions
+
+    async def _guarded(self, fn: Callable[[], T]) -> T:
+        try:
+            return await self._in_writer(fn)
+        except sqlite3.Error as exc:
+            raise LogUnavailableError(f"embedded log cannot write: {exc}") from exc
+
+    async def _in_writer(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LogUnavailableError("the embedded log is closed")
+        return self._conn
+
+    # -- reader side -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _read_chunk(
+        self, topic: str, positions: Mapping[int, int], stop: Mapping[int, int] | None
+    ) -> list[LogRecord]:
+        out: list[LogRecord] = []
+        with self._reader() as db:
+            for partition, offset in positions.items():
+                limit = stop.get(partition, 0) if stop is not None else None
+                if limit is not None and offset >= limit:
+                    continue
+                rows = db.execute(
+                    'SELECT "offset", key, value, headers, timestamp_ms FROM records '
+                    'WHERE topic = ? AND partition = ? AND "offset" >= ? '
+                    + ('AND "offset" < ? ' if limit is not None else "")
+                    + 'ORDER BY "offset" LIMIT ?',
+                    (topic, partition, offset, *(() if limit is None else (limit,)), _READ_CHUNK),
+                ).fetchall()
+                out.extend(
+                    LogRecord(topic, partition, int(o), k, v, _decode_headers(h), int(ts))
+                    for o, k, v, h, ts in rows
+                )
+        return out
+
+    async def _load_topics(self) -> None:
+        def query() -> dict[str, int]:
+            with self._reader() as db:
+                return {str(n): int(p) for n, p in db.execute("SELECT name, partitions FROM topics")}
+
+        self._topics = await asyncio.to_thread(query)
+
+    async def _partition_count(self, topic: str) -> int:
+        if topic not in self._topics:
+            await self._load_topics()
+        try:
+            return self._topics[topic]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic {topic!r}") from None

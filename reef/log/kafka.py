@@ -1,0 +1,212 @@
+"""The Kafka event log: aiokafka idempotent producer (acks=all) and read_committed readers.
+
+``append`` returns only after every in-sync replica acknowledged the record (the
+producer is idempotent, so a retried send never duplicates). Topics are created with
+infinite retention and, on a cluster of three or more brokers, replication factor 3 and
+``min.insync.replicas=2``. aiokafka errors are translated once, here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.structs import OffsetAndMetadata
+
+from reef.errors import LogUnavailableError, UnknownTopicError
+from reef.log.base import Headers, LogRecord, PendingAppend, Position
+
+_FETCH_TIMEOUT_MS: Final = 200
+
+
+class KafkaLog:
+    """:class:`reef.log.base.EventLog` on Apache Kafka."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        partitions: int = 6,
+        client_id: str = "reef",
+        compression: str | None = "lz4",
+        linger_ms: int = 0,
+        request_timeout_ms: int = 15000,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self._partitions = partitions
+        self._client_id = client_id
+        self._compression = compression
+        self._linger_ms = linger_ms
+        self._request_timeout_ms = request_timeout_ms
+        self._producer: AIOKafkaProducer | None = None
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    async def start(self) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            client_id=self._client_id,
+            enable_idempotence=True,
+            acks="all",
+            compression_type=self._compression,
+            linger_ms=self._linger_ms,
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise LogUnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+        self._producer = producer
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
+    async def ensure_topics(self, topics: Sequence[str]) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=self._client_id)
+        try:
+            await admin.start()
+            brokers = len((await admin.describe_cluster())["brokers"])
+            replication = min(3, brokers)
+            configs = {
+                "retention.ms": "-1",
+                "retention.bytes": "-1",
+                "min.insync.replicas": "2" if replication >= 3 else "1",
+            }
+            existing = set(await admin.list_topics())
+            missing = [t for t in topics if t not in existing]
+            if missing:
+                new = [NewTopic(t, self._partitions, replication, topic_configs=configs) for t in missing]
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    await admin.create_topics(new)
+        except KafkaError as exc:
+            raise LogUnavailableError(f"cannot create topics on {self.bootstrap}: {exc}") from exc
+        finally:
+            await admin.close()
+
+    async def append(self, topic: str, key: bytes, value: bytes, headers: Headers = ()) -> Position:
+        (position,) = await self.append_many([PendingAppend(topic, key, value, tuple(headers))])
+        return position
+
+    async def append_many(self, records: Sequence[PendingAppend]) -> list[Position]:
+        producer = self._require_producer()
+        try:
+            futures = [
+                await producer.send(r.topic, r.value, key=r.key, headers=list(r.headers))
+                for r in records
+            ]
+            metadata = await asyncio.gather(*futures)
+        except KafkaError as exc:
+            raise _translate(exc) from exc
+        return [Position(m.topic, m.partition, m.offset) for m in metadata]
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        async with self._consumer() as consumer:
+            tps = await self._partitions_of(consumer, topic)
+            ends = await consumer.end_offsets(tps)
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+
+    async def read(
+        self,
+        topic: str,
+        *,
+        start: Mapping[int, int] | None = None,
+        partitions: Sequence[int] | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogRecord]:
+        async with self._consumer() as consumer:
+            tps = await self._partitions_of(consumer, topic)
+            if partitions is not None:
+                tps = [tp for tp in tps if tp.partition in set(partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, (start or {}).get(tp.partition, 0))
+            stop = None if follow else await consumer.end_offsets(tps)
+            while True:
+                if stop is not None and all(await _reached(consumer, tp, stop[tp]) for tp in tps):
+                    return
+                batches = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
+                for tp, messages in batches.items():
+                    for m in messages:
+                        if stop is not None and m.offset >= stop[tp]:
+                            continue
+                        yield LogRecord(
+                            m.topic, m.partition, m.offset, m.key, m.value,
+                            tuple((k, bytes(v)) for k, v in m.headers), int(m.timestamp),
+                        )
+
+    async def committed(self, group: str, topic: str) -> dict[int, int]:
+        async with self._consumer(group=group) as consumer:
+            out: dict[int, int] = {}
+            for tp in await self._partitions_of(consumer, topic):
+                offset = await consumer.committed(tp)
+                if offset is not None:
+                    out[tp.partition] = int(offset)
+        return out
+
+    async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        async with self._consumer(group=group) as consumer:
+            tps = [TopicPartition(topic, p) for p in offsets]
+            consumer.assign(tps)
+            try:
+                await consumer.commit(
+                    {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in offsets.items()}
+                )
+            except KafkaError as exc:
+                raise _translate(exc) from exc
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _require_producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise LogUnavailableError("the Kafka log is not started")
+        return self._producer
+
+    @contextlib.asynccontextmanager
+    async def _consumer(self, group: str | None = None) -> AsyncIterator[AIOKafkaConsumer]:
+        options: dict[str, Any] = {"group_id": group} if group else {}
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            client_id=self._client_id,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            request_timeout_ms=self._request_timeout_ms,
+            **options,
+        )
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise LogUnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+        try:
+            yield consumer
+        finally:
+            await consumer.stop()
+
+    @staticmethod
+    async def _partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+        found = consumer.partitions_for_topic(topic)
+        if not found:
+            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public API
+            found = consumer.partitions_for_topic(topic)
+        if not found:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        return [TopicPartition(topic, p) for p in sorted(found)]
+
+
+async def _reached(consumer: AIOKafkaConsumer, tp: TopicPartition, stop: int) -> bool:
+    return int(await consumer.position(tp)) >= stop
+
+
+def _translate(exc: KafkaError) -> Exception:
+    return LogUnavailableError(f"Kafka did not acknowledge the write: {exc}")

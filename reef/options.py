@@ -1,0 +1,42 @@
+"""Command-line options shared by every ``reef`` command that touches the log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from reef.errors import ConfigError
+from reef.settings import LoadedSettings, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def log_options(fn: F) -> F:
+    """Add -c/--config, --state-dir, --log, --kafka-bootstrap and --partitions."""
+    decorators = [
+        click.option("-c", "--config", "config_file", type=click.Path(path_type=Path, exists=True),
+                     help="YAML config file (a 'reef:' mapping)."),
+        click.option("--state-dir", type=click.Path(path_type=Path), help="Embedded state dir."),
+        click.option("--log", type=click.Choice(["embedded", "kafka"]), help="Event log backend."),
+        click.option("--kafka-bootstrap", help="Kafka bootstrap servers."),
+        click.option("--partitions", type=int, help="Partitions per event topic."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def settings_from(config_file: Path | None, **flags: Any) -> LoadedSettings:
+    """Load settings, turning a configuration error into a clean CLI error."""
+    try:
+        return load_settings(flags, config_file)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def pop_log_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs.pop(k) for k in ("state_dir", "log", "kafka_bootstrap", "partitions")}
+

@@ -1,0 +1,145 @@
+"""Configuration, read once into a frozen :class:`Settings` and passed down explicitly.
+
+Sources, highest precedence first: command-line flags > the YAML file (``-c``) >
+environment (``REEF_*``) > defaults. :func:`load_settings` also returns where each value
+came from, for ``--print-config``. Nothing else in Reef reads ``os.environ``.
+
+The YAML file holds a ``reef:`` mapping; nested mappings are flattened with ``_``
+(``upstream: {url: ...}`` is ``upstream_url``) and dashes are read as underscores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from reef.errors import ConfigError
+
+ENV_PREFIX = "REEF_"
+
+
+class Settings(BaseModel):
+    """Every setting Reef has: type, default, one line of doc, env name ``REEF_<NAME>``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_dir: Path = Field(Path(".reef"), description="Where embedded state lives.")
+    log: Literal["embedded", "kafka"] = Field("embedded", description="Event log backend.")
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
+    producer_id: str = Field("", description="Instance id written on events (default: host-pid).")
+
+    host: str = Field("127.0.0.1", description="Address the API binds to.")
+    port: int = Field(8900, ge=0, le=65535, description="Port the API binds to.")
+    token: SecretStr | None = Field(None, description="Bearer token with every scope.")
+    tokens: str = Field(
+        "", description="More tokens: 'tok:scope+scope[@scenario-glob],...' (scopes: inference, "
+        "report, read, admin)."
+    )
+    insecure: bool = Field(False, description="Run with no token at all (prints a warning).")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body.")
+    allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
+    recipe: str = Field("core", description="Recipe every new scenario is bound to.")
+
+    upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
+    upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")
+    upstream_model: str | None = Field(None, description="Model forced on upstream requests.")
+    upstream_dialect: Literal["openai", "anthropic"] = Field(
+        "openai", description="Dialect the upstream speaks."
+    )
+    upstream_connect_timeout_s: float = Field(5.0, gt=0, description="Upstream connect timeout.")
+    upstream_read_timeout_s: float = Field(120.0, gt=0, description="Upstream read timeout.")
+    upstream_max_connections: int = Field(200, ge=1, description="Pooled upstream connections.")
+
+
+Source = Literal["flag", "file", "env", "default"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSettings:
+    settings: Settings
+    sources: dict[str, Source]
+
+
+def _fields() -> set[str]:
+    return set(Settings.model_fields)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = prefix + str(raw_key).replace("-", "_")
+        if isinstance(value, Mapping) and key not in _fields():
+            out.update(_flatten(value, key + "_"))
+        else:
+            out[key] = value
+    return out
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The ``reef:`` section of a YAML config file, flattened; unknown keys are errors."""
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    section = document.get("reef", {})
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{path}: 'reef' must be a mapping")
+    values = _flatten(section)
+    unknown = sorted(set(values) - _fields())
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join('reef.' + k for k in unknown)}")
+    return values
+
+
+def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in _fields():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = raw
+    return values
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LoadedSettings:
+    """Merge the sources by precedence and validate once."""
+    layers: list[tuple[Source, dict[str, Any]]] = [
+        ("env", read_env(os.environ if environ is None else environ)),
+        ("file", read_file(config_file) if config_file else {}),
+        ("flag", {k: v for k, v in (flags or {}).items() if v is not None}),
+    ]
+    merged: dict[str, Any] = {}
+    sources: dict[str, Source] = dict.fromkeys(_fields(), "default")
+    for source, values in layers:
+        merged.update(values)
+        sources.update(dict.fromkeys(values, source))
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from exc
+    return LoadedSettings(settings, sources)
+
+
+def describe(loaded: LoadedSettings) -> list[tuple[str, str, str]]:
+    """(name, shown value, source) rows; secrets are masked."""
+    rows = []
+    for name in Settings.model_fields:
+        value = getattr(loaded.settings, name)
+        shown = "********" if isinstance(value, SecretStr) else repr(value)
+        rows.append((name, shown, loaded.sources[name]))
+    return rows

@@ -1,0 +1,131 @@
+"""``reef stack``: start, stop and inspect the local Kafka + S3 stack."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from reef.stack import kafka, seaweed
+from reef.stack.paths import (
+    ENV_STACK_HOME,
+    ENV_TEST_KAFKA_BOOTSTRAP,
+    ENV_TEST_S3_ACCESS_KEY,
+    ENV_TEST_S3_BUCKET,
+    ENV_TEST_S3_ENDPOINT,
+    ENV_TEST_S3_SECRET_KEY,
+    load_settings,
+)
+from reef.stack.process import StackError
+
+ENV_KAFKA_CLUSTER_BOOTSTRAP = "REEF_STACK_KAFKA_CLUSTER_BOOTSTRAP"
+
+
+def _echo(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.group()
+def stack() -> None:
+    """Local Kafka (KRaft) and S3 (SeaweedFS) for development and tests.
+
+    Installs into $REEF_STACK_HOME (default ~/.cache/reef-stack).
+    """
+
+
+@stack.command()
+@click.option(
+    "--kafka/--no-kafka", "with_kafka", default=True, show_default=True, help="Start Kafka."
+)
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Start the three-node Kafka cluster (29092/29094/29096) instead of the single node.",
+)
+@click.option(
+    "--s3/--no-s3", "with_s3", default=True, show_default=True, help="Start SeaweedFS S3."
+)
+def up(with_kafka: bool, cluster: bool, with_s3: bool) -> None:
+    """Install what is missing, start the services, wait until they answer."""
+    settings = load_settings()
+    try:
+        if with_kafka:
+            kafka.up(settings, "cluster" if cluster else "single", echo=_echo)
+        if with_s3:
+            seaweed.up(settings, echo=_echo)
+    except StackError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@stack.command()
+@click.option("--wipe", is_flag=True, help="Also delete data and logs (keeps jars and binary).")
+def down(wipe: bool) -> None:
+    """Stop every service of the stack (SIGTERM, then SIGKILL)."""
+    settings = load_settings()
+    for shape in kafka.SHAPES:
+        kafka.down(settings, shape, echo=_echo)
+    seaweed.down(settings, echo=_echo)
+    if wipe:
+        for shape in kafka.SHAPES:
+            kafka.wipe(settings, shape)
+        seaweed.wipe(settings)
+        _echo(f"Wiped data and logs under {settings.run_dir}")
+
+
+@stack.command()
+def status() -> None:
+    """Show what is installed and running."""
+    settings = load_settings()
+    install = kafka.install_for(settings)
+    jars = "installed" if install.complete_marker.exists() else "not installed"
+    weed = seaweed.binary_path(settings)
+    click.echo(f"stack home: {settings.home}")
+    click.echo(f"kafka {kafka.KAFKA_VERSION} jars: {jars} ({install.libs})")
+    click.echo(f"seaweedfs binary: {'built' if weed.is_file() else 'not built'} ({weed})")
+    for shape_name in kafka.SHAPES:
+        shape = kafka.shape_for(settings, shape_name)
+        for node in shape.nodes:
+            pid = node.service.pid()
+            state = f"running (pid {pid})" if pid else "stopped"
+            click.echo(
+                f"kafka {shape_name} node {node.node_id}: {state}, broker {node.bootstrap}, "
+                f"controller {kafka.HOST}:{node.controller_port}, log {node.logs_dir}"
+            )
+    service = seaweed.service_for(settings)
+    pid = service.pid()
+    state = f"running (pid {pid})" if pid else "stopped"
+    endpoint = seaweed.LOCAL_ENDPOINT.endpoint
+    click.echo(f"s3 (seaweedfs): {state}, {endpoint}, log {service.log_file}")
+
+
+@stack.command()
+def env() -> None:
+    """Print `export` lines for the local stack (eval "$(reef stack env)")."""
+    settings = load_settings()
+    single = kafka.shape_for(settings, "single")
+    cluster = kafka.shape_for(settings, "cluster")
+    s3 = seaweed.LOCAL_ENDPOINT
+    values = {
+        ENV_STACK_HOME: str(settings.home),
+        ENV_TEST_KAFKA_BOOTSTRAP: single.bootstrap,
+        ENV_KAFKA_CLUSTER_BOOTSTRAP: cluster.bootstrap,
+        ENV_TEST_S3_ENDPOINT: s3.endpoint,
+        ENV_TEST_S3_ACCESS_KEY: s3.access_key,
+        ENV_TEST_S3_SECRET_KEY: s3.secret_key,
+        ENV_TEST_S3_BUCKET: s3.bucket,
+    }
+    for name, value in values.items():
+        click.echo(f"export {name}={shlex.quote(value)}")
+    if not any(node.is_running() for node in single.nodes):
+        _echo("note: the single Kafka node is not running (reef stack up)")
+    if not seaweed.service_for(settings).is_running():
+        _echo("note: SeaweedFS is not running (reef stack up)")
+
+
+def main() -> None:  # pragma: no cover - `python -m reef.stack.cli`
+    stack(prog_name=f"{sys.executable} -m reef.stack.cli")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
