@@ -6,6 +6,7 @@ import click
 
 from reef import __version__
 from reef.log.cli import log, topics
+from reef.serve import serve
 
 
 @click.group()
@@ -16,6 +17,7 @@ def main() -> None:
 
 main.add_command(log)
 main.add_command(topics)
+main.add_command(serve)
 
 try:  # the local development stack lives beside the package (reef.stack)
     from reef.stack.cli import stack

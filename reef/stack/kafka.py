@@ -386,11 +386,11 @@ T = TypeVar("T")
 
 
 def run_coroutine(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion, also from code that is inside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
+    """Run a coroutine to completion on a private event loop in a worker thread.
+
+    The thread keeps this usable from inside a running loop, and leaves the
+    calling thread's event loop (e.g. pytest-asyncio's) untouched.
+    """
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(lambda: asyncio.run(factory())).result()
 
@@ -461,6 +461,24 @@ def wait_for_brokers(
         services=services,
         echo=echo,
     )
+
+
+def broker_ids_eventually(
+    bootstrap: str, *, timeout: float = 60.0, echo: Echo = no_echo
+) -> set[int]:
+    """Wait until a (possibly external) cluster answers metadata; return its broker ids."""
+    found: set[int] = set()
+
+    def probe() -> bool:
+        nonlocal found
+        addresses = [a for a in bootstrap.split(",") if a.strip()]
+        if len(_closed_ports(bootstrap)) == len(addresses):
+            raise StackError(f"nothing listening at {bootstrap}")
+        found = broker_ids(bootstrap)
+        return bool(found)
+
+    process.wait_until(f"Kafka at {bootstrap}", probe, timeout=timeout, echo=echo)
+    return found
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""The FastAPI application and the lifespan that owns its resources.
+
+Start order: open the log and ensure topics → replay the projection to the log's end →
+open the upstream client → serve. Shutdown reverses it after in-flight background
+records (diagnostic stream records) are flushed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from reef import __version__
+from reef.api import errors, inference, reports, scenarios, system
+from reef.api.auth import registry_from
+from reef.api.context import AppContext
+from reef.api.reports import ReportDesk
+from reef.api.upstream import Upstream
+from reef.eventstore import EventStore
+from reef.log import open_log
+from reef.projection import ProjectionFollower
+from reef.settings import Settings
+from reef.topics import ALL_TOPICS
+
+logger = logging.getLogger(__name__)
+
+
+def producer_name(settings: Settings) -> str:
+    return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the app; configuration errors (e.g. no token) raise here, before serving."""
+    tokens = registry_from(settings)
+    producer = producer_name(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log = open_log(settings, client_id=f"reef-api-{producer}")
+        await log.start()
+        try:
+            await log.ensure_topics(list(ALL_TOPICS))
+            store = EventStore(log)
+            projection = ProjectionFollower(store)
+            await projection.start()
+            upstream = Upstream(settings)
+            ctx = AppContext(settings, producer, store, projection, upstream, tokens)
+            app.state.ctx = ctx
+            app.state.report_desk = ReportDesk()
+            try:
+                yield
+            finally:
+                await ctx.drain()
+                await projection.close()
+                await upstream.aclose()
+        finally:
+            await log.close()
+
+    app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
+    errors.install(app)
+    for module in (system, inference, reports, scenarios):
+        app.include_router(module.router)
+    return app

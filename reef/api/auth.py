@@ -1,0 +1,101 @@
+"""Bearer tokens with scopes, kept only as SHA-256 digests and compared in constant time."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from reef.errors import ConfigError, RequestError
+from reef.settings import Settings
+
+Scope = Literal["inference", "report", "read", "admin"]
+ALL_SCOPES: Final[frozenset[Scope]] = frozenset({"inference", "report", "read", "admin"})
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the token's digest prefix, scopes and scenario allow-list."""
+
+    name: str
+    scopes: frozenset[Scope]
+    scenarios: tuple[str, ...] = ("*",)
+
+    def require(self, scope: Scope) -> None:
+        if scope not in self.scopes:
+            raise RequestError(403, "insufficient_scope", f"this token lacks the {scope!r} scope")
+
+    def may_use(self, scenario: str) -> bool:
+        return any(fnmatch.fnmatchcase(scenario, pattern) for pattern in self.scenarios)
+
+
+INSECURE: Final = Principal("insecure", ALL_SCOPES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    digest: bytes
+    principal: Principal
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class TokenRegistry:
+    """Resolves a presented token to a :class:`Principal`; knows no plaintext token."""
+
+    def __init__(self, grants: Iterable[tuple[str, frozenset[Scope], tuple[str, ...]]]) -> None:
+        self._grants = [
+            _Grant(_digest(token), Principal(_digest(token).hex()[:12], scopes, scenarios))
+            for token, scopes, scenarios in grants
+        ]
+
+    @property
+    def empty(self) -> bool:
+        return not self._grants
+
+    def authenticate(self, token: str | None) -> Principal:
+        if not token:
+            raise RequestError(401, "missing_token", "missing bearer token")
+        presented = _digest(token)
+        found: Principal | None = None
+        for grant in self._grants:  # no early exit: time does not depend on which token
+            if hmac.compare_digest(presented, grant.digest):
+                found = grant.principal
+        if found is None:
+            raise RequestError(401, "invalid_token", "invalid token")
+        return found
+
+
+def parse_token_spec(spec: str) -> list[tuple[str, frozenset[Scope], tuple[str, ...]]]:
+    """Parse ``tok:scope+scope[@glob|glob],...``; a token without ``:`` gets every scope."""
+    grants = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        token, _, rest = item.partition(":")
+        scope_text, _, scenario_text = rest.partition("@")
+        scopes = frozenset(s for s in scope_text.split("+") if s) if scope_text else ALL_SCOPES
+        unknown = scopes - ALL_SCOPES
+        if unknown or not token:
+            raise ConfigError(f"bad token entry (unknown scopes {sorted(unknown)} or empty token)")
+        scenarios = tuple(scenario_text.split("|")) if scenario_text else ("*",)
+        grants.append((token, frozenset(scopes), scenarios))  # type: ignore[arg-type]
+    return grants
+
+
+def registry_from(settings: Settings) -> TokenRegistry | None:
+    """The token registry, or None when running ``--insecure`` with no token at all."""
+    grants = parse_token_spec(settings.tokens)
+    if settings.token is not None and settings.token.get_secret_value():
+        grants.append((settings.token.get_secret_value(), ALL_SCOPES, ("*",)))
+    if not grants:
+        if settings.insecure:
+            return None
+        raise ConfigError(
+            "no token configured: set REEF_TOKEN (or REEF_TOKENS), or pass --insecure to run "
+            "without authentication"
+        )
+    return TokenRegistry(grants)

@@ -1,0 +1,69 @@
+"""Everything a request handler needs, created and closed by the app's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
+from reef.api.upstream import Upstream
+from reef.eventstore import EventStore
+from reef.projection import ProjectionFollower
+from reef.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class AppContext:
+    settings: Settings
+    producer: str
+    store: EventStore
+    projection: ProjectionFollower
+    upstream: Upstream
+    tokens: TokenRegistry | None
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def authenticate(self, request: Request, scope: Scope) -> Principal:
+        """The caller, who must hold ``scope``; raises 401/403 otherwise."""
+        if self.tokens is None:
+            return INSECURE
+        principal = self.tokens.authenticate(presented_token(request))
+        principal.require(scope)
+        return principal
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Run work that must finish even if the request that started it is cancelled."""
+        task = asyncio.create_task(coro, name=name)
+        self.background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def drain(self) -> None:
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
+
+
+def presented_token(request: Request) -> str | None:
+    """Bearer token, or ``x-api-key`` on the Anthropic routes (so its SDK works unchanged)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if request.url.path.startswith("/v1/messages"):
+        return request.headers.get("x-api-key")
+    return None
+
+
+def context_of(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx

@@ -1,0 +1,247 @@
+"""The inference routes: serve a provider-native request, record it, hand back a receipt.
+
+Order for every exchange: authenticate → validate → bind the scenario → freeze the head
+release → call upstream → append InferenceRecorded and wait for the log's acknowledgement
+→ only then return the receipt. If the append fails the client gets 503 and no receipt;
+an upstream failure is relayed and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+
+from reef.api import registry
+from reef.api.context import AppContext, context_of
+from reef.api.dialects import (
+    Dialect,
+    SseSplitter,
+    StreamAssembly,
+    error_body,
+    is_terminal,
+    parse_event,
+    receipt_frames,
+    usage_of,
+)
+from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
+from reef.api.upstream import relayed_status
+from reef.errors import LogUnavailableError, RequestError
+from reef.events import InferenceRecorded, utc_now
+from reef.ids import new_record_id
+
+router = APIRouter()
+
+RECEIPT_HEADER = "x-reef-agent-record-id"
+RELEASE_HEADER = "x-reef-release-id"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One inference in flight: what was asked, under which release, since when."""
+
+    receipt: str
+    scenario: str
+    route: str
+    dialect: str
+    release_id: str
+    request_json: str
+    model: str | None
+    stream: bool
+    tags: dict[str, str]
+    started: float
+    upstream_started: float = 0.0
+    upstream_done: float = 0.0
+
+    def record(self, ctx: AppContext, *, status: int, complete: bool, response: str | None,
+               usage: tuple[int | None, int | None] = (None, None),
+               error: str | None = None) -> InferenceRecorded:
+        now = time.perf_counter()
+        return InferenceRecorded(
+            event_id=self.receipt, scenario=self.scenario, occurred_at=utc_now(),
+            producer=ctx.producer, dialect=self.dialect, route=self.route,
+            release_id=self.release_id, model=self.model, stream=self.stream, status=status,
+            complete=complete, error=error, request_json=self.request_json,
+            response_json=response, latency_ms=(now - self.started) * 1000,
+            upstream_latency_ms=((self.upstream_done or now) - self.upstream_started) * 1000,
+            input_tokens=usage[0], output_tokens=usage[1], tags=self.tags,
+        )
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """OpenAI chat completions, recorded.
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" -H "x-reef-scenario: demo" \\
+      -d '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}' \\
+      http://127.0.0.1:8900/v1/chat/completions
+    """
+    return await serve(request, "/v1/chat/completions", Dialect.OPENAI)
+
+
+@router.post("/v1/responses")
+async def responses(request: Request) -> Response:
+    """OpenAI Responses API, recorded (streamed receipts ride on ``response.completed``)."""
+    return await serve(request, "/v1/responses", Dialect.OPENAI)
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    """Anthropic messages, recorded.
+
+    curl -H "x-api-key: $REEF_TOKEN" -H "x-reef-scenario: demo" \\
+      -d '{"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}' \\
+      http://127.0.0.1:8900/v1/messages
+    """
+    return await serve(request, "/v1/messages", Dialect.ANTHROPIC)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(request: Request) -> Response:
+    """Anthropic token counting, recorded like any exchange."""
+    return await serve(request, "/v1/messages/count_tokens", Dialect.ANTHROPIC)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    """The upstream's model list (not recorded: no exchange with a model happened)."""
+    ctx = context_of(request)
+    ctx.authenticate(request, "inference")
+    upstream_request = ctx.upstream.build("GET", "/models", None, request.headers)
+    upstream_response = await ctx.upstream.send(upstream_request, stream=False)
+    if upstream_response.status_code >= 400:
+        return _relay_error(upstream_response, Dialect.OPENAI)
+    return Response(upstream_response.content, media_type="application/json")
+
+
+async def serve(request: Request, route: str, dialect: Dialect) -> Response:
+    ctx = context_of(request)
+    started = time.perf_counter()
+    ctx.authenticate(request, "inference")
+    scenario = scenario_header(request)
+    raw = await read_body(request, ctx.settings.max_body_bytes)
+    body = parse_object(raw)
+    if ctx.upstream.model:
+        body["model"] = ctx.upstream.model
+        raw = json.dumps(body).encode()
+    view, _ = await registry.ensure(ctx, scenario)
+    exchange = Exchange(
+        receipt=new_record_id(), scenario=scenario, route=route, dialect=dialect.value,
+        release_id=view.head, request_json=raw.decode(),
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        stream=body.get("stream") is True, tags=tags_of(request), started=started,
+    )
+    upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
+    exchange.upstream_started = time.perf_counter()
+    upstream_response = await ctx.upstream.send(upstream_request, stream=exchange.stream)
+    if upstream_response.status_code >= 400:
+        if exchange.stream:
+            await upstream_response.aread()
+            await upstream_response.aclose()
+        return _relay_error(upstream_response, dialect)
+    if exchange.stream and _is_sse(upstream_response):
+        return StreamingResponse(
+            _relay_stream(ctx, exchange, upstream_response),
+            media_type="text/event-stream",
+            headers={RELEASE_HEADER: exchange.release_id, "cache-control": "no-store"},
+        )
+    return await _buffered(ctx, exchange, upstream_response)
+
+
+async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Response) -> Response:
+    content = await upstream.aread()
+    exchange.upstream_done = time.perf_counter()
+    text = content.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    usage = usage_of(parsed) if isinstance(parsed, dict) else (None, None)
+    event = exchange.record(ctx, status=upstream.status_code, complete=True, response=text, usage=usage)
+    await ctx.store.append(event)
+    headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.release_id}
+    return Response(content, status_code=upstream.status_code,
+                    media_type=upstream.headers.get("content-type", "application/json"),
+                    headers=headers)
+
+
+async def _relay_stream(
+    ctx: AppContext, exchange: Exchange, upstream: httpx.Response
+) -> AsyncIterator[bytes]:
+    """Relay SSE events as they arrive; store the record before the receipt goes out."""
+    splitter = SseSplitter()
+    assembly = StreamAssembly()
+    finished = False
+    try:
+        async for chunk in upstream.aiter_bytes():
+            for block in splitter.feed(chunk):
+                event = parse_event(block)
+                assembly.observe(event)
+                if not is_terminal(exchange.route, event):
+                    yield block
+                    continue
+                exchange.upstream_done = time.perf_counter()
+                record = exchange.record(
+                    ctx, status=200, complete=True, response=json.dumps(assembly.record_body()),
+                    usage=(assembly.input_tokens, assembly.output_tokens),
+                )
+                finished = True
+                try:
+                    await ctx.store.append(record)
+                except LogUnavailableError as exc:
+                    yield _stream_error(exchange, str(exc))
+                    return
+                yield receipt_frames(exchange.route, event, assembly, exchange.receipt)
+        if not finished:
+            _record_incomplete(ctx, exchange, assembly, "upstream stream ended without its final event")
+            finished = True
+    except httpx.HTTPError as exc:
+        if not finished:
+            _record_incomplete(ctx, exchange, assembly, f"upstream stream broke: {exc!r}")
+            finished = True
+        yield _stream_error(exchange, "upstream stream broke off")
+    finally:
+        if not finished:  # the client went away mid-stream
+            _record_incomplete(ctx, exchange, assembly, "client disconnected")
+        await asyncio.shield(upstream.aclose())
+
+
+def _record_incomplete(ctx: AppContext, exchange: Exchange, assembly: StreamAssembly, why: str) -> None:
+    """Store a diagnostic record (no receipt is ever sent for it), even if cancelled."""
+    record = exchange.record(
+        ctx, status=200, complete=False, response=json.dumps(assembly.record_body()),
+        usage=(assembly.input_tokens, assembly.output_tokens), error=why,
+    )
+    ctx.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")
+
+
+def _stream_error(exchange: Exchange, message: str) -> bytes:
+    dialect = Dialect.ANTHROPIC if exchange.dialect == "anthropic" else Dialect.OPENAI
+    body = error_body(dialect, 503 if "log" in message else 502, "stream_failed", message)
+    name = "error" if dialect is Dialect.ANTHROPIC else None
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {json.dumps(body)}\n\n".encode()
+
+
+def _is_sse(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream")
+
+
+def _relay_error(upstream: httpx.Response, dialect: Dialect) -> Response:
+    """Relay the provider's own error body (4xx keep their code; 5xx become 502)."""
+    status = relayed_status(upstream.status_code)
+    try:
+        body: Any = upstream.json()
+    except ValueError:
+        body = None
+    if status == 502 or not isinstance(body, dict):
+        message = f"upstream answered {upstream.status_code}"
+        raise RequestError(status, "upstream_error", message)
+    return Response(json.dumps(body), status_code=status, media_type="application/json")

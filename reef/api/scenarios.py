@@ -1,0 +1,160 @@
+"""Scenario, release-chain and raw-history reads, and explicit scenario creation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from reef import topics
+from reef.api import registry
+from reef.api.context import context_of
+from reef.api.inputs import checked_scenario, parse_object, read_body
+from reef.errors import RequestError
+from reef.eventstore import StoredEvent
+from reef.events import InferenceRecorded, ReportSubmitted
+from reef.log.partitioner import partition_for
+
+router = APIRouter()
+
+NO_STORE = {"cache-control": "no-store"}
+
+
+@router.get("/reef/scenarios")
+async def list_scenarios(request: Request) -> JSONResponse:
+    """Every scenario with its recipe and head release.
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/reef/scenarios
+    """
+    ctx = context_of(request)
+    principal = ctx.authenticate(request, "read")
+    views = sorted(ctx.projection.state.scenarios.values(), key=lambda v: v.name)
+    return JSONResponse({"scenarios": [v.as_json() for v in views if principal.may_use(v.name)]})
+
+
+@router.post("/reef/scenarios")
+async def create_scenario(request: Request) -> JSONResponse:
+    """Create a scenario bound to this deployment's recipe: 201 created, 200 existed.
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" -d '{"name": "demo"}' \\
+      http://127.0.0.1:8900/reef/scenarios
+    """
+    ctx = context_of(request)
+    ctx.authenticate(request, "admin")
+    body = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise RequestError(400, "invalid_name", "name must be a string")
+    name = checked_scenario(name)
+    wanted = body.get("release_id")
+    if wanted is not None and not isinstance(wanted, str):
+        raise RequestError(400, "invalid_release_id", "release_id must be a string")
+    existing = ctx.projection.state.scenarios.get(name)
+    if existing is None and wanted is not None:
+        raise RequestError(404, "unknown_release", f"release {wanted!r} does not exist")
+    view, created = await registry.ensure(ctx, name, implicit=False)
+    if wanted is not None and wanted != view.releases[0].release_id:
+        raise RequestError(409, "conflict", f"scenario {name!r} starts from another release")
+    return JSONResponse(view.as_json(), status_code=201 if created else 200)
+
+
+@router.get("/reef/scenarios/{scenario}/releases")
+async def list_releases(scenario: str, request: Request) -> JSONResponse:
+    """The scenario's release chain, newest first.
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" \\
+      http://127.0.0.1:8900/reef/scenarios/demo/releases
+    """
+    ctx = context_of(request)
+    ctx.authenticate(request, "read")
+    view = registry.find(ctx, checked_scenario(scenario))
+    releases = [r.as_json(view.head) for r in reversed(view.releases)]
+    return JSONResponse({"scenario": view.name, "releases": releases})
+
+
+@router.get("/reef/scenarios/{scenario}/records")
+async def list_records(
+    scenario: str,
+    request: Request,
+    after: int = Query(-1, ge=-1),
+    limit: int = Query(50, ge=1, le=500),
+) -> JSONResponse:
+    """Recorded exchanges after a log offset (``next_after`` pages on).
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" \\
+      "http://127.0.0.1:8900/reef/scenarios/demo/records?after=-1&limit=50"
+    """
+    ctx = context_of(request)
+    ctx.authenticate(request, "read")
+    registry.find(ctx, checked_scenario(scenario))
+    partition = partition_for(scenario.encode(), ctx.store.log.partitions)
+    records: list[dict[str, Any]] = []
+    next_after = after
+    async for stored in _scenario_events(request, topics.INFERENCE, scenario, after + 1):
+        records.append(record_json(stored))
+        next_after = stored.record.offset
+        if len(records) >= limit:
+            break
+    return JSONResponse(
+        {"scenario": scenario, "partition": partition, "records": records, "next_after": next_after},
+        headers=NO_STORE,
+    )
+
+
+@router.get("/reef/scenarios/{scenario}/records/{record_id}")
+async def get_record(scenario: str, record_id: str, request: Request) -> JSONResponse:
+    """One record (an exchange or a report) by id.
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" \\
+      http://127.0.0.1:8900/reef/scenarios/demo/records/<id>
+    """
+    ctx = context_of(request)
+    ctx.authenticate(request, "read")
+    registry.find(ctx, checked_scenario(scenario))
+    for topic in (topics.INFERENCE, topics.REPORTS):
+        async for stored in _scenario_events(request, topic, scenario, 0):
+            if stored.event is not None and stored.event.event_id == record_id:
+                return JSONResponse(record_json(stored), headers=NO_STORE)
+    raise RequestError(404, "unknown_record", f"no record {record_id!r} in scenario {scenario!r}")
+
+
+async def _scenario_events(request: Request, topic: str, scenario: str, start: int):  # type: ignore[no-untyped-def]
+    ctx = context_of(request)
+    partition = partition_for(scenario.encode(), ctx.store.log.partitions)
+    async for stored in ctx.store.read(topic, start={partition: start}, scenario=scenario):
+        if stored.record.partition == partition and stored.event is not None:
+            yield stored
+
+
+def record_json(stored: StoredEvent) -> dict[str, Any]:
+    event = stored.event
+    base: dict[str, Any] = {"offset": stored.record.offset}
+    if isinstance(event, InferenceRecorded):
+        return base | {
+            "agent_record_id": event.event_id, "request_type": "inference",
+            "created_at": event.occurred_at.isoformat(), "release_id": event.release_id,
+            "route": event.route, "dialect": event.dialect, "status": event.status,
+            "complete": event.complete, "stream": event.stream, "error": event.error,
+            "request": _json_or_text(event.request_json),
+            "response": _json_or_text(event.response_json), "tags": event.tags,
+            "usage": {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens},
+        }
+    if isinstance(event, ReportSubmitted):
+        return base | {
+            "agent_record_id": event.event_id, "request_type": "report",
+            "created_at": event.occurred_at.isoformat(), "score": event.score,
+            "feedback": json.loads(event.feedback_json), "references": event.references,
+            "metadata": json.loads(event.metadata_json),
+        }
+    return base
+
+
+def _json_or_text(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

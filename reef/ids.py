@@ -1,0 +1,44 @@
+"""Identifiers: random receipts, and deterministic ids for derived facts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from typing import Any, Final
+
+SCENARIO_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+#: content id of the empty manifest: a scenario created without a seed artifact
+EMPTY_CONTENT_ID: Final = hashlib.sha256(b"{}").hexdigest()
+
+
+def new_record_id() -> str:
+    """A fresh receipt / report id: 32 lowercase hex characters."""
+    return uuid.uuid4().hex
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8: the form hashes are taken over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def release_id(scenario: str, parent: str | None, content_id: str, operation: str) -> str:
+    """A release id is a hash over its scenario, parent, content and operation (tamper-evident)."""
+    return content_hash(
+        {"scenario": scenario, "parent": parent, "content": content_id, "operation": operation}
+    )[:32]
+
+
+def derived_id(kind: str, *parts: str) -> str:
+    """Deterministic id of an event derived from others (same inputs, same id)."""
+    return content_hash([kind, *parts])[:32]
+
+
+def valid_scenario(name: str) -> bool:
+    return SCENARIO_NAME.fullmatch(name) is not None

@@ -1,0 +1,187 @@
+"""The API's read model: scenarios, release chains and report ids, folded from the log.
+
+:class:`ApiState` is a pure fold over events (no I/O). :class:`ProjectionFollower`
+feeds it by following ``reef.scenarios``, ``reef.releases`` and ``reef.reports`` from the
+beginning, so every API replica converges on the same state; ``wait_for`` gives a
+writer read-your-writes on its own appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reef import topics
+from reef.eventstore import EventStore
+from reef.events import (
+    Event,
+    ReleaseCommitted,
+    ReleaseRejected,
+    ReportSubmitted,
+    ScenarioCreated,
+)
+from reef.ids import EMPTY_CONTENT_ID
+from reef.log.base import Position
+
+logger = logging.getLogger(__name__)
+
+FOLLOWED_TOPICS = (topics.SCENARIOS, topics.RELEASES, topics.REPORTS)
+
+
+@dataclass(slots=True)
+class ReleaseView:
+    release_id: str
+    parent_release_id: str | None
+    content_id: str
+    operation: str
+    created_at: datetime
+    pending: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    target_release_id: str | None = None
+
+    def as_json(self, head: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "release_id": self.release_id,
+            "parent_release_id": self.parent_release_id,
+            "content_id": self.content_id,
+            "operation": self.operation,
+            "current": self.release_id == head,
+            "pending": self.pending,
+            "created_at": self.created_at.isoformat(),
+            "metrics": self.metrics,
+            "evaluation": self.evaluation,
+        }
+        if self.target_release_id is not None:
+            body["rollback_target_release_id"] = self.target_release_id
+        return body
+
+
+@dataclass(slots=True)
+class ScenarioView:
+    name: str
+    recipe: str
+    created_at: datetime
+    head: str
+    releases: list[ReleaseView]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.name,
+            "recipe": self.recipe,
+            "release_id": self.head,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReportView:
+    scenario: str
+    content_hash: str
+
+
+class ApiState:
+    """Pure fold of scenario, release and report events. The first ScenarioCreated wins."""
+
+    def __init__(self) -> None:
+        self.scenarios: dict[str, ScenarioView] = {}
+        self.reports: dict[str, ReportView] = {}
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, ScenarioCreated):
+            self._created(event)
+        elif isinstance(event, ReleaseCommitted):
+            self._committed(event)
+        elif isinstance(event, ReportSubmitted):
+            self.reports.setdefault(
+                event.event_id, ReportView(event.scenario, event.content_hash)
+            )
+        elif isinstance(event, ReleaseRejected):
+            pass
+
+    def _created(self, event: ScenarioCreated) -> None:
+        if event.scenario in self.scenarios:
+            return  # a racing replica's creation: the first in the log is the binding
+        creation = ReleaseView(
+            event.initial_release_id, None, event.seed_content_id or EMPTY_CONTENT_ID,
+            "creation", event.occurred_at,
+        )
+        self.scenarios[event.scenario] = ScenarioView(
+            event.scenario, event.recipe, event.occurred_at, creation.release_id, [creation]
+        )
+
+    def _committed(self, event: ReleaseCommitted) -> None:
+        view = self.scenarios.get(event.scenario)
+        if view is None or any(r.release_id == event.release_id for r in view.releases):
+            return
+        view.releases.append(
+            ReleaseView(
+                event.release_id, event.parent_release_id, event.content_id, event.operation,
+                event.occurred_at, event.pending, json.loads(event.metrics_json),
+                json.loads(event.evaluation_json), event.target_release_id,
+            )
+        )
+        if not event.pending:
+            view.head = event.release_id
+
+
+class ProjectionFollower:
+    """Follows the projected topics into an :class:`ApiState` and tracks positions."""
+
+    def __init__(self, store: EventStore, state: ApiState | None = None) -> None:
+        self.store = store
+        self.state = state or ApiState()
+        self._next: dict[tuple[str, int], int] = {}
+        self._changed = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start following and return once everything present at start is applied."""
+        ends = {topic: await self.store.log.end_offsets(topic) for topic in FOLLOWED_TOPICS}
+        self._tasks = [
+            asyncio.create_task(self._follow(topic), name=f"projection:{topic}")
+            for topic in FOLLOWED_TOPICS
+        ]
+        for topic, offsets in ends.items():
+            for partition, offset in offsets.items():
+                if offset > 0:
+                    await self.wait_for(Position(topic, partition, offset - 1))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def wait_for(self, position: Position, timeout: float = 30.0) -> None:
+        """Return once the record at ``position`` has been applied."""
+        slot = (position.topic, position.partition)
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self._next.get(slot, 0) > position.offset)
+
+    async def wait_for_all(self, positions: Iterable[Position]) -> None:
+        for position in positions:
+            await self.wait_for(position)
+
+    def healthy(self) -> bool:
+        return all(not task.done() for task in self._tasks)
+
+    async def _follow(self, topic: str) -> None:
+        async for stored in self.store.read(topic, follow=True):
+            record = stored.record
+            if stored.event is not None:
+                self.state.apply(stored.event)
+            else:
+                logger.error("undecodable record %s/%d@%d: %s", topic, record.partition,
+                             record.offset, stored.error)
+            async with self._changed:
+                self._next[(topic, record.partition)] = record.offset + 1
+                self._changed.notify_all()
