@@ -19,6 +19,19 @@ def new_record_id() -> str:
     return uuid.uuid4().hex
 
 
+def new_receipt(scenario: str) -> str:
+    """A fresh receipt: 32 hex characters whose first 8 name the scenario's hash.
+
+    The prefix lets the join tell a receipt of another scenario (``foreign_reference``)
+    from one never recorded (``unknown_reference``) without a global index.
+    """
+    return scenario_tag(scenario) + uuid.uuid4().hex[:24]
+
+
+def scenario_tag(scenario: str) -> str:
+    return hashlib.sha256(scenario.encode()).hexdigest()[:8]
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8: the form hashes are taken over."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -23,7 +23,9 @@ from reef.events import (
     Event,
     ReleaseCommitted,
     ReleaseRejected,
+    ReportRejected,
     ReportSubmitted,
+    SampleJoined,
     ScenarioCreated,
 )
 from reef.ids import EMPTY_CONTENT_ID
@@ -31,7 +33,7 @@ from reef.log.base import Position
 
 logger = logging.getLogger(__name__)
 
-FOLLOWED_TOPICS = (topics.SCENARIOS, topics.RELEASES, topics.REPORTS)
+FOLLOWED_TOPICS = (topics.SCENARIOS, topics.RELEASES, topics.REPORTS, topics.SAMPLES)
 
 
 @dataclass(slots=True)
@@ -86,12 +88,22 @@ class ReportView:
     content_hash: str
 
 
+@dataclass(frozen=True, slots=True)
+class Fate:
+    """What the join decided for a report (the first decision for its id)."""
+
+    status: str
+    reason: str | None = None
+    sample_id: str | None = None
+
+
 class ApiState:
     """Pure fold of scenario, release and report events. The first ScenarioCreated wins."""
 
     def __init__(self) -> None:
         self.scenarios: dict[str, ScenarioView] = {}
         self.reports: dict[str, ReportView] = {}
+        self.fates: dict[str, Fate] = {}
 
     def apply(self, event: Event) -> None:
         if isinstance(event, ScenarioCreated):
@@ -102,6 +114,10 @@ class ApiState:
             self.reports.setdefault(
                 event.event_id, ReportView(event.scenario, event.content_hash)
             )
+        elif isinstance(event, SampleJoined):
+            self.fates.setdefault(event.report_id, Fate("accepted", None, event.event_id))
+        elif isinstance(event, ReportRejected):
+            self.fates.setdefault(event.report_id, Fate("rejected", event.reason))
         elif isinstance(event, ReleaseRejected):
             pass
 
@@ -127,6 +143,10 @@ class ApiState:
                 json.loads(event.evaluation_json), event.target_release_id,
             )
         )
+        if event.operation == "promote":
+            for release in view.releases:
+                if release.release_id == event.target_release_id:
+                    release.pending = False
         if not event.pending:
             view.head = event.release_id
 

@@ -47,6 +47,10 @@ class Settings(BaseModel):
     allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
     recipe: str = Field("core", description="Recipe every new scenario is bound to.")
 
+    join_park_timeout_s: float = Field(300.0, gt=0, description="How long a report waits for its records.")
+    join_max_parked: int = Field(1000, ge=0, description="Reports that may wait per scenario.")
+    merge_sessions: bool = Field(False, description="Join multi-turn exchanges into one trajectory.")
+
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")
     upstream_model: str | None = Field(None, description="Model forced on upstream requests.")

@@ -22,7 +22,10 @@ from reef.api.context import AppContext
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.eventstore import EventStore
-from reef.log import open_log
+from reef.log import EventLog, open_log
+from reef.log.embedded import EmbeddedLog
+from reef.processors.catalog import processors
+from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
 from reef.settings import Settings
 from reef.topics import ALL_TOPICS
@@ -32,6 +35,16 @@ logger = logging.getLogger(__name__)
 
 def producer_name(settings: Settings) -> str:
     return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _start_embedded_processors(settings: Settings, log: EventLog) -> list[EmbeddedRuntime]:
+    """On the embedded log the stream processors run inside ``reef serve``."""
+    if not isinstance(log, EmbeddedLog):
+        return []
+    runtimes = [EmbeddedRuntime(log, processor) for processor in processors(settings)]
+    for runtime in runtimes:
+        await runtime.start()
+    return runtimes
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -48,14 +61,17 @@ def create_app(settings: Settings) -> FastAPI:
             store = EventStore(log)
             projection = ProjectionFollower(store)
             await projection.start()
+            runtimes = await _start_embedded_processors(settings, log)
             upstream = Upstream(settings)
-            ctx = AppContext(settings, producer, store, projection, upstream, tokens)
+            ctx = AppContext(settings, producer, store, projection, upstream, tokens, runtimes)
             app.state.ctx = ctx
             app.state.report_desk = ReportDesk()
             try:
                 yield
             finally:
                 await ctx.drain()
+                for runtime in runtimes:
+                    await runtime.close()
                 await projection.close()
                 await upstream.aclose()
         finally:

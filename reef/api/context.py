@@ -13,6 +13,7 @@ from fastapi import Request
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.upstream import Upstream
 from reef.eventstore import EventStore
+from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
 from reef.settings import Settings
 
@@ -27,6 +28,7 @@ class AppContext:
     projection: ProjectionFollower
     upstream: Upstream
     tokens: TokenRegistry | None
+    runtimes: list[EmbeddedRuntime] = field(default_factory=list)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def authenticate(self, request: Request, scope: Scope) -> Principal:

@@ -35,7 +35,7 @@ from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.upstream import relayed_status
 from reef.errors import LogUnavailableError, RequestError
 from reef.events import InferenceRecorded, utc_now
-from reef.ids import new_record_id
+from reef.ids import new_receipt
 
 router = APIRouter()
 
@@ -133,7 +133,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         raw = json.dumps(body).encode()
     view, _ = await registry.ensure(ctx, scenario)
     exchange = Exchange(
-        receipt=new_record_id(), scenario=scenario, route=route, dialect=dialect.value,
+        receipt=new_receipt(scenario), scenario=scenario, route=route, dialect=dialect.value,
         release_id=view.head, request_json=raw.decode(),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         stream=body.get("stream") is True, tags=tags_of(request), started=started,

@@ -114,7 +114,7 @@ async def submit_report(request: Request) -> JSONResponse:
 
 @router.get("/reef/reports/{report_id}")
 async def report_status(report_id: str, request: Request) -> JSONResponse:
-    """A report's fate: pending until the stream processors decide.
+    """A report's fate: pending until the join decides, then accepted or rejected (reason).
 
     curl -H "Authorization: Bearer $REEF_TOKEN" -H "x-reef-scenario: demo" \\
       http://127.0.0.1:8900/reef/reports/<id>
@@ -125,5 +125,9 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
     seen = ctx.projection.state.reports.get(report_id)
     if seen is None or seen.scenario != scenario:
         raise RequestError(404, "unknown_report", f"no report {report_id!r} in scenario {scenario!r}")
-    return JSONResponse({"agent_record_id": report_id, "scenario": scenario,
-                         "status": "pending", "reason": None, "release_id": None})
+    fate = ctx.projection.state.fates.get(report_id)
+    return JSONResponse({
+        "agent_record_id": report_id, "scenario": scenario,
+        "status": fate.status if fate else "pending", "reason": fate.reason if fate else None,
+        "release_id": None,
+    })

@@ -135,13 +135,13 @@ class EmbeddedLog:
         return position
 
     async def append_many(self, records: Sequence[PendingAppend]) -> list[Position]:
+        if self._writer_task is None:
+            raise LogUnavailableError("the embedded log is not started")
         for record in records:
             if record.topic not in self._topics:
                 await self._load_topics()
                 if record.topic not in self._topics:
                     raise UnknownTopicError(f"unknown topic {record.topic!r}")
-        if self._writer_task is None:
-            raise LogUnavailableError("the embedded log is not started")
         future: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
         await self._queue.put((list(records), future))
         return await future
@@ -217,6 +217,35 @@ class EmbeddedLog:
 
         await self._guarded(write)
 
+    async def transact(
+        self, records: Sequence[PendingAppend], work: Callable[[sqlite3.Connection], None]
+    ) -> list[Position]:
+        """Append ``records`` and run ``work`` on the same connection, in ONE transaction.
+
+        Hosts of stream processors use it to store state, outputs and input positions
+        atomically: after a crash either all of a step's effects are there or none.
+        """
+        for record in records:
+            await self._partition_count(record.topic)
+        positions = await self._guarded(lambda: self._write(list(records), work))
+        self._appended.set()
+        return positions
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read-only function on a fresh reader connection, off the event loop."""
+
+        def run() -> T:
+            with self._reader() as db:
+                return fn(db)
+
+        return await asyncio.to_thread(run)
+
+    async def wait_for_append(self, timeout: float) -> None:
+        """Return when this process appends something, or after ``timeout`` (other writers)."""
+        self._appended.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._appended.wait(), timeout)
+
     # -- writer side -------------------------------------------------------------
 
     async def _writer_loop(self) -> None:
@@ -243,7 +272,9 @@ class EmbeddedLog:
                 cursor += len(batch)
             self._appended.set()
 
-    def _write(self, records: list[PendingAppend]) -> list[Position]:
+    def _write(
+        self, records: list[PendingAppend], work: Callable[[sqlite3.Connection], None] | None = None
+    ) -> list[Position]:
         db = self._db()
         now = int(time.time() * 1000)
         next_offsets: dict[tuple[str, int], int] = {}
@@ -251,6 +282,8 @@ class EmbeddedLog:
         positions = []
         db.execute("BEGIN IMMEDIATE")
         try:
+            if work is not None:
+                work(db)
             for record in records:
                 partition = partition_for(record.key, self._topics[record.topic])
                 slot = (record.topic, partition)

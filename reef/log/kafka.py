@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from aiokafka.structs import OffsetAndMetadata
 
 from reef.errors import LogUnavailableError, UnknownTopicError
@@ -132,7 +132,7 @@ class KafkaLog:
                 consumer.seek(tp, (start or {}).get(tp.partition, 0))
             stop = None if follow else await consumer.end_offsets(tps)
             while True:
-                if stop is not None and all(await _reached(consumer, tp, stop[tp]) for tp in tps):
+                if stop is not None and all([await _reached(consumer, tp, stop[tp]) for tp in tps]):
                     return
                 batches = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
                 for tp, messages in batches.items():
@@ -209,4 +209,6 @@ async def _reached(consumer: AIOKafkaConsumer, tp: TopicPartition, stop: int) ->
 
 
 def _translate(exc: KafkaError) -> Exception:
+    if isinstance(exc, UnknownTopicOrPartitionError):  # no metadata for it within the timeout
+        return UnknownTopicError(f"unknown topic: {exc}")
     return LogUnavailableError(f"Kafka did not acknowledge the write: {exc}")

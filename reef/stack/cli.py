@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 
@@ -48,6 +49,8 @@ def stack() -> None:
 )
 def up(with_kafka: bool, cluster: bool, with_s3: bool) -> None:
     """Install what is missing, start the services, wait until they answer."""
+    # Readiness probes see refused connections while brokers boot; aiokafka logs each one.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings = load_settings()
     try:
         if with_kafka:

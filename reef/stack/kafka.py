@@ -27,7 +27,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -436,26 +436,33 @@ def _closed_ports(bootstrap: str) -> list[str]:
 
 
 def wait_for_brokers(
-    bootstrap: str,
+    addresses: Sequence[str],
     expected: set[int],
     *,
     timeout: float = 120.0,
     services: tuple[process.Service, ...] = (),
     echo: Echo = no_echo,
 ) -> float:
-    """Wait until the metadata lists every broker id in ``expected``."""
+    """Wait until each of ``addresses`` answers metadata listing every id in ``expected``.
+
+    Each address is used alone as the admin client's bootstrap server, so its
+    own broker must answer: a port that is bound, or a killed broker that the
+    controller has not fenced yet, does not count as ready.
+    """
 
     def probe() -> bool:
-        closed = _closed_ports(bootstrap)
+        joined = ",".join(addresses)
+        closed = _closed_ports(joined)
         if closed:  # checked first: aiokafka logs an error for every refused connection
             raise StackError(f"not listening yet: {', '.join(closed)}")
-        seen = broker_ids(bootstrap)
-        if not expected <= seen:
-            raise StackError(f"brokers in metadata: {sorted(seen)}, want {sorted(expected)}")
+        for address in addresses:
+            seen = broker_ids(address)
+            if not expected <= seen:
+                raise StackError(f"{address} lists brokers {sorted(seen)}, want {sorted(expected)}")
         return True
 
     return process.wait_until(
-        f"Kafka brokers {sorted(expected)} at {bootstrap}",
+        f"Kafka brokers {sorted(expected)} at {','.join(addresses)}",
         probe,
         timeout=timeout,
         services=services,
@@ -569,7 +576,7 @@ def up(
         if spawned:
             echo(f"Waiting for Kafka {name} at {shape.bootstrap} ...")
         wait_for_brokers(
-            shape.bootstrap,
+            [node.bootstrap for node in shape.nodes],
             {node.node_id for node in shape.nodes},
             timeout=timeout,
             services=tuple(node.service for node in shape.nodes),

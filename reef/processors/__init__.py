@@ -1,0 +1,1 @@
+"""Stream processors: deterministic (state, event) → outputs, hosted by Faust or embedded."""

@@ -1,0 +1,240 @@
+"""The join: reports meet the exchanges they quote and become training samples.
+
+Inputs ``reef.inference`` and ``reef.reports`` (co-partitioned by scenario); output
+``reef.samples``. Each report gets exactly one fate per distinct content: SampleJoined,
+or ReportRejected with a reason. Rules, in the order applied:
+
+1. a report id seen again with the same content hash is a no-op (``duplicate``);
+   with different content it is ``conflict`` (and a still-parked original with it);
+2. every reference must carry this scenario's tag (else ``foreign_reference``),
+   be distinct, and not be consumed already (else ``already_consumed``);
+3. a reference not recorded yet parks the report until it arrives, or until the
+   event time of this partition passes the report's deadline (``unknown_reference``);
+4. with session merging on, each reference brings the unconsumed earlier turns of its
+   conversation; the sample lists receipts in conversation (event-time) order.
+
+Event time, not wall time, drives expiry so that replay reproduces every decision.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from reef import topics
+from reef.events import Event, InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
+from reef.ids import derived_id, scenario_tag
+from reef.processors import conversation
+from reef.processors.state import KeyValueState
+
+PRODUCER = "reef-join"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSettings:
+    park_timeout: timedelta = timedelta(minutes=5)
+    max_parked: int = 1000
+    merge_sessions: bool = False
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class JoinProcessor:
+    name = "join"
+    inputs = (topics.INFERENCE, topics.REPORTS)
+    output = topics.SAMPLES
+
+    def __init__(self, settings: JoinSettings | None = None) -> None:
+        self.settings = settings or JoinSettings()
+
+    def step(self, state: KeyValueState, event: Event) -> list[Event]:
+        if isinstance(event, InferenceRecorded):
+            outputs = self._expire(state, event.scenario, event.occurred_at)
+            return outputs + self._recorded(state, event)
+        if isinstance(event, ReportSubmitted):
+            outputs = self._expire(state, event.scenario, event.occurred_at)
+            return outputs + self._reported(state, event)
+        return []
+
+    # -- exchanges ---------------------------------------------------------------------
+
+    def _recorded(self, state: KeyValueState, event: InferenceRecorded) -> list[Event]:
+        key = f"rec/{event.event_id}"
+        if not event.complete or state.get(key) is not None:
+            return []
+        request = _loads(event.request_json)
+        response = _loads(event.response_json)
+        record: dict[str, Any] = {
+            "scenario": event.scenario, "release_id": event.release_id, "route": event.route,
+            "at": _ms(event.occurred_at), "request": request, "response": response, "parent": None,
+        }
+        if self.settings.merge_sessions:
+            record["parent"] = self._link_session(state, event.scenario, request, response,
+                                                  event.event_id)
+        state.set(key, record)
+        return self._retry_parked(state, event.scenario)
+
+    def _link_session(self, state: KeyValueState, scenario: str, request: Any, response: Any,
+                      receipt: str) -> str | None:
+        messages = conversation.request_messages(request)
+        parent = None
+        for end in range(len(messages) - 1, 0, -1):
+            found = state.get(f"conv/{scenario}/{conversation.key_of(messages[:end])}")
+            if found is not None:
+                parent = str(found)
+                break
+        answer = conversation.answer_message(response)
+        if answer is not None:
+            state.set(f"conv/{scenario}/{conversation.key_of([*messages, answer])}", receipt)
+        return parent
+
+    # -- reports -----------------------------------------------------------------------
+
+    def _reported(self, state: KeyValueState, event: ReportSubmitted) -> list[Event]:
+        seen = state.get(f"report/{event.event_id}")
+        if seen is not None:
+            if seen["hash"] == event.content_hash:
+                return []
+            return self._conflict(state, event, seen)
+        state.set(f"report/{event.event_id}", {"hash": event.content_hash, "fate": "pending"})
+        return self._decide(state, _parked_from(event), event.occurred_at)
+
+    def _conflict(self, state: KeyValueState, event: ReportSubmitted, seen: dict[str, Any]) -> list[Event]:
+        outputs: list[Event] = [_rejected(event.scenario, event.event_id, event.content_hash,
+                                          "conflict", "another report has this id", event.occurred_at)]
+        parked = state.get(f"parked/{event.scenario}") or []
+        remaining = [p for p in parked if p["id"] != event.event_id]
+        if len(remaining) != len(parked):  # the original was still waiting: it conflicts too
+            state.set(f"parked/{event.scenario}", remaining)
+            state.set(f"report/{event.event_id}", {"hash": seen["hash"], "fate": "rejected"})
+            outputs.insert(0, _rejected(event.scenario, event.event_id, seen["hash"], "conflict",
+                                        "another report has this id", event.occurred_at))
+        return outputs
+
+    def _decide(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> list[Event]:
+        scenario = report["scenario"]
+        refs = report["references"]
+        reason = self._invalid(state, scenario, refs)
+        if reason is not None:
+            return [self._reject(state, report, reason, now)]
+        missing = [r for r in refs if state.get(f"rec/{r}") is None]
+        if missing:
+            return self._park(state, report, now)
+        return [self._join(state, report, now)]
+
+    def _invalid(self, state: KeyValueState, scenario: str, refs: list[str]) -> str | None:
+        if not refs:
+            return "no_references"
+        tag = scenario_tag(scenario)
+        if any(not r.startswith(tag) for r in refs):
+            return "foreign_reference"
+        if len(set(refs)) != len(refs):
+            return "duplicate_reference"
+        if any(state.get(f"consumed/{r}") is not None for r in refs):
+            return "already_consumed"
+        return None
+
+    def _park(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> list[Event]:
+        key = f"parked/{report['scenario']}"
+        parked = list(state.get(key) or [])
+        if len(parked) >= self.settings.max_parked:
+            return [self._reject(state, report, "unknown_reference", now, "too many reports waiting")]
+        report["deadline"] = _ms(now + self.settings.park_timeout)
+        parked.append(report)
+        state.set(key, parked)
+        return []
+
+    def _retry_parked(self, state: KeyValueState, scenario: str) -> list[Event]:
+        key = f"parked/{scenario}"
+        parked = list(state.get(key) or [])
+        ready = [p for p in parked if all(state.get(f"rec/{r}") is not None for r in p["references"])]
+        if not ready:
+            return []
+        state.set(key, [p for p in parked if p not in ready])
+        outputs: list[Event] = []
+        for report in ready:
+            outputs.extend(self._decide(state, report, _at(report["at"])))
+        return outputs
+
+    def _expire(self, state: KeyValueState, scenario: str, now: datetime) -> list[Event]:
+        key = f"parked/{scenario}"
+        parked = list(state.get(key) or [])
+        expired = [p for p in parked if p["deadline"] < _ms(now)]
+        if not expired:
+            return []
+        state.set(key, [p for p in parked if p not in expired])
+        return [self._reject(state, p, "unknown_reference", now, "referenced record never arrived")
+                for p in expired]
+
+    def _reject(self, state: KeyValueState, report: dict[str, Any], reason: str, now: datetime,
+                detail: str | None = None) -> Event:
+        state.set(f"report/{report['id']}", {"hash": report["hash"], "fate": "rejected"})
+        return _rejected(report["scenario"], report["id"], report["hash"], reason, detail, now)
+
+    def _join(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> Event:
+        receipts = self._trajectory(state, report["references"])
+        records = [state.get(f"rec/{r}") for r in receipts]
+        for receipt in receipts:
+            state.set(f"consumed/{receipt}", report["id"])
+        state.set(f"report/{report['id']}", {"hash": report["hash"], "fate": "accepted"})
+        releases = list(dict.fromkeys(rec["release_id"] for rec in records))
+        trajectory = [
+            {"receipt": r, "release_id": rec["release_id"], "route": rec["route"],
+             "request": rec["request"], "response": rec["response"]}
+            for r, rec in zip(receipts, records, strict=True)
+        ]
+        return SampleJoined(
+            event_id=derived_id("sample", report["id"], report["hash"]), scenario=report["scenario"],
+            occurred_at=now, producer=PRODUCER, report_id=report["id"], references=receipts,
+            trajectory_json=json.dumps(trajectory), score=report["score"],
+            feedback_json=report["feedback"], metadata_json=report["metadata"],
+            release_ids=releases,
+        )
+
+    def _trajectory(self, state: KeyValueState, refs: list[str]) -> list[str]:
+        """The referenced receipts plus (when merging) their unconsumed earlier turns."""
+        chosen: dict[str, int] = {}
+        for ref in refs:
+            receipt: str | None = ref
+            while receipt is not None and receipt not in chosen:
+                record = state.get(f"rec/{receipt}")
+                if record is None or (receipt != ref and state.get(f"consumed/{receipt}")):
+                    break
+                chosen[receipt] = record["at"]
+                receipt = record["parent"] if self.settings.merge_sessions else None
+        order = {r: i for i, r in enumerate(refs)}
+        return sorted(chosen, key=lambda r: (chosen[r], order.get(r, -1)))
+
+
+def _parked_from(event: ReportSubmitted) -> dict[str, Any]:
+    return {
+        "id": event.event_id, "scenario": event.scenario, "hash": event.content_hash,
+        "references": list(event.references), "score": event.score,
+        "feedback": event.feedback_json, "metadata": event.metadata_json,
+        "at": _ms(event.occurred_at),
+    }
+
+
+def _rejected(scenario: str, report_id: str, content: str, reason: str, detail: str | None,
+              now: datetime) -> ReportRejected:
+    return ReportRejected(
+        event_id=derived_id("rejected", report_id, content), scenario=scenario, occurred_at=now,
+        producer=PRODUCER, report_id=report_id, reason=reason, detail=detail,
+    )
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

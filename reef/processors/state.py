@@ -1,0 +1,82 @@
+"""The key-value state a processor step reads and writes, and the processor contract.
+
+A step must be a deterministic function of (state, event): no clocks, no randomness, no
+I/O. Output ids are derived from input ids, so a redelivered input yields the same
+outputs and already-applied inputs are remembered in the state (a redelivery is a no-op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from reef.events import Event
+
+
+class KeyValueState(Protocol):
+    """JSON-compatible values under string keys."""
+
+    def get(self, key: str) -> Any: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class Processor(Protocol):
+    """One stream processor: its name, input topics and its pure step."""
+
+    name: str
+    inputs: tuple[str, ...]
+    output: str
+
+    def step(self, state: KeyValueState, event: Event) -> list[Event]: ...
+
+
+class DictState:
+    """In-memory :class:`KeyValueState` (replay, tests), optionally recording writes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return iter(sorted(self.data.items()))
+
+
+class WriteBuffer:
+    """A :class:`KeyValueState` view that buffers writes over a base state.
+
+    Hosts use it to apply a step's writes together with its outputs, atomically.
+    """
+
+    _DELETED = object()
+
+    def __init__(self, base: KeyValueState) -> None:
+        self.base = base
+        self.writes: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        if key in self.writes:
+            value = self.writes[key]
+            return None if value is self._DELETED else value
+        return self.base.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.writes[key] = value
+
+    def delete(self, key: str) -> None:
+        self.writes[key] = self._DELETED
+
+    def changes(self) -> Iterator[tuple[str, Any | None]]:
+        """(key, value) pairs; value None means deleted."""
+        for key, value in self.writes.items():
+            yield key, None if value is self._DELETED else value
