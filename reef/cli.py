@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from reef import __version__
+from reef.errors import ReefError
 from reef.log.cli import log, topics
+from reef.replay_cli import replay_command
 from reef.serve import serve
+from reef.streams_cli import streams
 
 
-@click.group()
+class ReefGroup(click.Group):
+    """Turns Reef's own errors into a one-line message and exit status 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReefError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=ReefGroup)
 @click.version_option(__version__, prog_name="reef")
 def main() -> None:
     """Reef: continual-learning infrastructure for LLM agents."""
@@ -18,6 +33,8 @@ def main() -> None:
 main.add_command(log)
 main.add_command(topics)
 main.add_command(serve)
+main.add_command(replay_command)
+main.add_command(streams)
 
 try:  # the local development stack lives beside the package (reef.stack)
     from reef.stack.cli import stack

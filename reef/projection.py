@@ -28,7 +28,7 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
-from reef.ids import EMPTY_CONTENT_ID
+from reef.ids import EMPTY_CONTENT_ID, content_hash
 from reef.log.base import Position
 
 logger = logging.getLogger(__name__)
@@ -102,8 +102,22 @@ class ApiState:
 
     def __init__(self) -> None:
         self.scenarios: dict[str, ScenarioView] = {}
-        self.reports: dict[str, ReportView] = {}
-        self.fates: dict[str, Fate] = {}
+        #: keyed by (scenario, report id): report ids are unique within a scenario
+        self.reports: dict[tuple[str, str], ReportView] = {}
+        self.fates: dict[tuple[str, str], Fate] = {}
+        self._early: dict[str, list[ReleaseCommitted]] = {}
+
+    def digest(self) -> str:
+        """A hash of everything projected, equal on every replica and after replay."""
+        body = {
+            "scenarios": [
+                [v.name, v.recipe, v.head, [[r.release_id, r.operation, r.pending] for r in v.releases]]
+                for v in sorted(self.scenarios.values(), key=lambda v: v.name)
+            ],
+            "reports": sorted([*k, v.content_hash] for k, v in self.reports.items()),
+            "fates": sorted([*k, f.status, f.reason or ""] for k, f in self.fates.items()),
+        }
+        return content_hash(body)
 
     def apply(self, event: Event) -> None:
         if isinstance(event, ScenarioCreated):
@@ -112,12 +126,13 @@ class ApiState:
             self._committed(event)
         elif isinstance(event, ReportSubmitted):
             self.reports.setdefault(
-                event.event_id, ReportView(event.scenario, event.content_hash)
+                (event.scenario, event.event_id), ReportView(event.scenario, event.content_hash)
             )
         elif isinstance(event, SampleJoined):
-            self.fates.setdefault(event.report_id, Fate("accepted", None, event.event_id))
+            self.fates.setdefault((event.scenario, event.report_id),
+                                  Fate("accepted", None, event.event_id))
         elif isinstance(event, ReportRejected):
-            self.fates.setdefault(event.report_id, Fate("rejected", event.reason))
+            self.fates.setdefault((event.scenario, event.report_id), Fate("rejected", event.reason))
         elif isinstance(event, ReleaseRejected):
             pass
 
@@ -131,10 +146,15 @@ class ApiState:
         self.scenarios[event.scenario] = ScenarioView(
             event.scenario, event.recipe, event.occurred_at, creation.release_id, [creation]
         )
+        for early in self._early.pop(event.scenario, []):
+            self._committed(early)
 
     def _committed(self, event: ReleaseCommitted) -> None:
         view = self.scenarios.get(event.scenario)
-        if view is None or any(r.release_id == event.release_id for r in view.releases):
+        if view is None:  # topics are followed independently: the creation may lag
+            self._early.setdefault(event.scenario, []).append(event)
+            return
+        if any(r.release_id == event.release_id for r in view.releases):
             return
         view.releases.append(
             ReleaseView(

@@ -1,1 +1,1 @@
-"""streams"""
+"""Faust hosting of Reef's stream processors on Kafka (``reef streams``)."""

@@ -67,20 +67,20 @@ class ReportDesk:
 
     async def submit(self, ctx: AppContext, scenario: str, report: ReportInput,
                      reporter: str) -> None:
-        lock = self._locks.setdefault(report.report_id, asyncio.Lock())
+        lock = self._locks.setdefault(f"{scenario}/{report.report_id}", asyncio.Lock())
         try:
             async with lock:
                 await self._submit(ctx, scenario, report, reporter)
         finally:
             if not lock.locked():
-                self._locks.pop(report.report_id, None)
+                self._locks.pop(f"{scenario}/{report.report_id}", None)
 
     async def _submit(self, ctx: AppContext, scenario: str, report: ReportInput,
                       reporter: str) -> None:
         digest = content_hash(report.content())
-        seen = ctx.projection.state.reports.get(report.report_id)
+        seen = ctx.projection.state.reports.get((scenario, report.report_id))
         if seen is not None:
-            if seen.scenario == scenario and seen.content_hash == digest:
+            if seen.content_hash == digest:
                 return  # an identical resend: same answer, nothing new in the log
             raise RequestError(409, "conflict", f"report {report.report_id} exists with other content")
         event = ReportSubmitted(
@@ -122,10 +122,10 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
     ctx = context_of(request)
     ctx.authenticate(request, "read")
     scenario = scenario_header(request)
-    seen = ctx.projection.state.reports.get(report_id)
-    if seen is None or seen.scenario != scenario:
+    seen = ctx.projection.state.reports.get((scenario, report_id))
+    if seen is None:
         raise RequestError(404, "unknown_report", f"no report {report_id!r} in scenario {scenario!r}")
-    fate = ctx.projection.state.fates.get(report_id)
+    fate = ctx.projection.state.fates.get((scenario, report_id))
     return JSONResponse({
         "agent_record_id": report_id, "scenario": scenario,
         "status": fate.status if fate else "pending", "reason": fate.reason if fate else None,

@@ -35,6 +35,12 @@ async def status(request: Request) -> JSONResponse:
     return JSONResponse({
         "producer": ctx.producer,
         "log": ctx.settings.log,
-        "projection": {"healthy": ctx.projection.healthy()},
+        "projection": {"healthy": ctx.projection.healthy(),
+                       "digest": ctx.projection.state.digest()},
+        "processors": {
+            runtime.processor.name: {"healthy": runtime.healthy(), "lag": await runtime.lag(),
+                                     "processed": runtime.processed}
+            for runtime in ctx.runtimes
+        },
         "scenarios": scenarios,
     })

@@ -188,6 +188,8 @@ class EmbeddedLog:
                 await asyncio.wait_for(self._appended.wait(), _POLL_SECONDS)
 
     async def committed(self, group: str, topic: str) -> dict[int, int]:
+        await self._partition_count(topic)  # raises UnknownTopicError, as on Kafka
+
         def query() -> dict[int, int]:
             with self._reader() as db:
                 rows = db.execute(
@@ -200,6 +202,8 @@ class EmbeddedLog:
         return await asyncio.to_thread(query)
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        await self._partition_count(topic)  # raises UnknownTopicError, as on Kafka
+
         def write() -> None:
             db = self._db()
             db.execute("BEGIN IMMEDIATE")

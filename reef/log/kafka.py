@@ -155,6 +155,7 @@ class KafkaLog:
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         async with self._consumer(group=group) as consumer:
+            await self._partitions_of(consumer, topic)  # aiokafka retries unknown topics forever
             tps = [TopicPartition(topic, p) for p in offsets]
             consumer.assign(tps)
             try:

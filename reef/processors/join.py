@@ -95,12 +95,13 @@ class JoinProcessor:
     # -- reports -----------------------------------------------------------------------
 
     def _reported(self, state: KeyValueState, event: ReportSubmitted) -> list[Event]:
-        seen = state.get(f"report/{event.event_id}")
+        seen = state.get(f"report/{event.scenario}/{event.event_id}")
         if seen is not None:
             if seen["hash"] == event.content_hash:
                 return []
             return self._conflict(state, event, seen)
-        state.set(f"report/{event.event_id}", {"hash": event.content_hash, "fate": "pending"})
+        state.set(f"report/{event.scenario}/{event.event_id}",
+                  {"hash": event.content_hash, "fate": "pending"})
         return self._decide(state, _parked_from(event), event.occurred_at)
 
     def _conflict(self, state: KeyValueState, event: ReportSubmitted, seen: dict[str, Any]) -> list[Event]:
@@ -109,8 +110,9 @@ class JoinProcessor:
         parked = state.get(f"parked/{event.scenario}") or []
         remaining = [p for p in parked if p["id"] != event.event_id]
         if len(remaining) != len(parked):  # the original was still waiting: it conflicts too
-            state.set(f"parked/{event.scenario}", remaining)
-            state.set(f"report/{event.event_id}", {"hash": seen["hash"], "fate": "rejected"})
+            _store_parked(state, f"parked/{event.scenario}", remaining)
+            state.set(f"report/{event.scenario}/{event.event_id}",
+                      {"hash": seen["hash"], "fate": "rejected"})
             outputs.insert(0, _rejected(event.scenario, event.event_id, seen["hash"], "conflict",
                                         "another report has this id", event.occurred_at))
         return outputs
@@ -154,7 +156,7 @@ class JoinProcessor:
         ready = [p for p in parked if all(state.get(f"rec/{r}") is not None for r in p["references"])]
         if not ready:
             return []
-        state.set(key, [p for p in parked if p not in ready])
+        _store_parked(state, key, [p for p in parked if p not in ready])
         outputs: list[Event] = []
         for report in ready:
             outputs.extend(self._decide(state, report, _at(report["at"])))
@@ -166,13 +168,14 @@ class JoinProcessor:
         expired = [p for p in parked if p["deadline"] < _ms(now)]
         if not expired:
             return []
-        state.set(key, [p for p in parked if p not in expired])
+        _store_parked(state, key, [p for p in parked if p not in expired])
         return [self._reject(state, p, "unknown_reference", now, "referenced record never arrived")
                 for p in expired]
 
     def _reject(self, state: KeyValueState, report: dict[str, Any], reason: str, now: datetime,
                 detail: str | None = None) -> Event:
-        state.set(f"report/{report['id']}", {"hash": report["hash"], "fate": "rejected"})
+        state.set(f"report/{report['scenario']}/{report['id']}",
+                  {"hash": report["hash"], "fate": "rejected"})
         return _rejected(report["scenario"], report["id"], report["hash"], reason, detail, now)
 
     def _join(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> Event:
@@ -180,7 +183,8 @@ class JoinProcessor:
         records = [state.get(f"rec/{r}") for r in receipts]
         for receipt in receipts:
             state.set(f"consumed/{receipt}", report["id"])
-        state.set(f"report/{report['id']}", {"hash": report["hash"], "fate": "accepted"})
+        state.set(f"report/{report['scenario']}/{report['id']}",
+                  {"hash": report["hash"], "fate": "accepted"})
         releases = list(dict.fromkeys(rec["release_id"] for rec in records))
         trajectory = [
             {"receipt": r, "release_id": rec["release_id"], "route": rec["route"],
@@ -188,7 +192,7 @@ class JoinProcessor:
             for r, rec in zip(receipts, records, strict=True)
         ]
         return SampleJoined(
-            event_id=derived_id("sample", report["id"], report["hash"]), scenario=report["scenario"],
+            event_id=derived_id("sample", report["scenario"], report["id"], report["hash"]), scenario=report["scenario"],
             occurred_at=now, producer=PRODUCER, report_id=report["id"], references=receipts,
             trajectory_json=json.dumps(trajectory), score=report["score"],
             feedback_json=report["feedback"], metadata_json=report["metadata"],
@@ -210,6 +214,14 @@ class JoinProcessor:
         return sorted(chosen, key=lambda r: (chosen[r], order.get(r, -1)))
 
 
+def _store_parked(state: KeyValueState, key: str, parked: list[dict[str, Any]]) -> None:
+    """Empty lists are deleted, so the state is the same whatever the interleaving."""
+    if parked:
+        state.set(key, parked)
+    else:
+        state.delete(key)
+
+
 def _parked_from(event: ReportSubmitted) -> dict[str, Any]:
     return {
         "id": event.event_id, "scenario": event.scenario, "hash": event.content_hash,
@@ -222,7 +234,7 @@ def _parked_from(event: ReportSubmitted) -> dict[str, Any]:
 def _rejected(scenario: str, report_id: str, content: str, reason: str, detail: str | None,
               now: datetime) -> ReportRejected:
     return ReportRejected(
-        event_id=derived_id("rejected", report_id, content), scenario=scenario, occurred_at=now,
+        event_id=derived_id("rejected", scenario, report_id, content), scenario=scenario, occurred_at=now,
         producer=PRODUCER, report_id=report_id, reason=reason, detail=detail,
     )
 

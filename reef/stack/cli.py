@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from reef.stack import kafka, seaweed
+from reef.stack import kafka, process, seaweed
 from reef.stack.paths import (
     ENV_STACK_HOME,
     ENV_TEST_KAFKA_BOOTSTRAP,
@@ -19,8 +19,6 @@ from reef.stack.paths import (
     load_settings,
 )
 from reef.stack.process import StackError
-
-ENV_KAFKA_CLUSTER_BOOTSTRAP = "REEF_STACK_KAFKA_CLUSTER_BOOTSTRAP"
 
 
 def _echo(message: str) -> None:
@@ -66,9 +64,13 @@ def up(with_kafka: bool, cluster: bool, with_s3: bool) -> None:
 def down(wipe: bool) -> None:
     """Stop every service of the stack (SIGTERM, then SIGKILL)."""
     settings = load_settings()
-    for shape in kafka.SHAPES:
-        kafka.down(settings, shape, echo=_echo)
-    seaweed.down(settings, echo=_echo)
+    services = [svc for shape in kafka.SHAPES for svc in kafka.services(settings, shape)]
+    services.append(seaweed.service_for(settings))
+    stopped = process.stop_all(services, timeout=30.0)
+    for service in stopped:
+        _echo(f"Stopped {service.name}")
+    if not stopped:
+        _echo("Nothing was running")
     if wipe:
         for shape in kafka.SHAPES:
             kafka.wipe(settings, shape)
@@ -112,7 +114,6 @@ def env() -> None:
     values = {
         ENV_STACK_HOME: str(settings.home),
         ENV_TEST_KAFKA_BOOTSTRAP: single.bootstrap,
-        ENV_KAFKA_CLUSTER_BOOTSTRAP: cluster.bootstrap,
         ENV_TEST_S3_ENDPOINT: s3.endpoint,
         ENV_TEST_S3_ACCESS_KEY: s3.access_key,
         ENV_TEST_S3_SECRET_KEY: s3.secret_key,
@@ -120,6 +121,7 @@ def env() -> None:
     }
     for name, value in values.items():
         click.echo(f"export {name}={shlex.quote(value)}")
+    click.echo(f"# three-node Kafka cluster (reef stack up --cluster): {cluster.bootstrap}")
     if not any(node.is_running() for node in single.nodes):
         _echo("note: the single Kafka node is not running (reef stack up)")
     if not seaweed.service_for(settings).is_running():

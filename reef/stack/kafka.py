@@ -24,7 +24,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -418,19 +417,11 @@ def broker_ids(bootstrap: str) -> set[int]:
     return run_coroutine(lambda: _with_admin(bootstrap, _broker_ids))
 
 
-def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def _closed_ports(bootstrap: str) -> list[str]:
     closed = []
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
-        if not port_open(host, int(port)):
+        if not process.port_open(host, int(port)):
             closed.append(address)
     return closed
 
@@ -550,6 +541,7 @@ def start_node(
     pid = node.service.pid()
     if pid is not None:
         return pid
+    process.require_free_ports(node.service, HOST, (node.broker_port, node.controller_port))
     _prepare_node(shape, node, _cluster_id(shape))
     return process.spawn(node.service)
 
@@ -591,11 +583,17 @@ def up(
 
 
 def down(settings: StackSettings, name: ShapeName, *, echo: Echo = no_echo) -> None:
-    """Stop every node of a shape (SIGTERM, then SIGKILL)."""
-    shape = shape_for(settings, name)
-    for node in shape.nodes:
-        if process.stop(node.service, timeout=30.0):
-            echo(f"Stopped Kafka {name} node {node.node_id}")
+    """Stop every node of a shape at once (SIGTERM, then SIGKILL after 30 s).
+
+    All nodes get SIGTERM together: stopped one by one, the last controller
+    of the cluster would wait for a quorum that is already gone.
+    """
+    for service in process.stop_all(services(settings, name), timeout=30.0):
+        echo(f"Stopped {service.name}")
+
+
+def services(settings: StackSettings, name: ShapeName) -> list[process.Service]:
+    return [node.service for node in shape_for(settings, name).nodes]
 
 
 def wipe(settings: StackSettings, name: ShapeName) -> None:

@@ -15,6 +15,7 @@ import os
 import queue
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -162,18 +163,27 @@ def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
 
 def stop(service: Service, timeout: float = 30.0) -> bool:
     """SIGTERM, then SIGKILL after ``timeout``; True if something was running."""
-    pid = service.pid()
-    if pid is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, service.marker, timeout):
+    return bool(stop_all([service], timeout=timeout))
+
+
+def stop_all(services: Sequence[Service], timeout: float = 30.0) -> list[Service]:
+    """SIGTERM every running service at once, SIGKILL those still up after ``timeout``.
+
+    Returns the services that were running.
+    """
+    running = [(svc, pid) for svc in services if (pid := svc.pid()) is not None]
+    for _, pid in running:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, service.marker, 10.0)
-    with contextlib.suppress(FileNotFoundError):
-        service.pid_file.unlink()
-    return True
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for svc, pid in running:
+        if not _wait_gone(pid, svc.marker, max(0.0, deadline - time.monotonic())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, svc.marker, 10.0)
+        with contextlib.suppress(FileNotFoundError):
+            svc.pid_file.unlink()
+    return [svc for svc, _ in running]
 
 
 def kill(service: Service) -> bool:
@@ -232,6 +242,25 @@ def wait_until(
             echo(f"  ... still waiting for {what} ({format_elapsed(now - start)}): {last_error}")
             next_note = now + 15.0
         time.sleep(interval)
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def require_free_ports(service: Service, host: str, ports: Sequence[int]) -> None:
+    """Fail clearly when a port ``service`` needs is held by some other process."""
+    busy = [port for port in ports if port_open(host, port, timeout=0.5)]
+    if busy:
+        raise StackError(
+            f"cannot start {service.name}: {host} port(s) {', '.join(map(str, busy))} "
+            "already in use by another process (a stack from another REEF_STACK_HOME?)"
+        )
 
 
 @contextlib.contextmanager

@@ -266,6 +266,9 @@ def up(settings: StackSettings, *, echo: Echo = no_echo, timeout: float = 90.0) 
         started = time.monotonic()
         spawned = False
         if not service.is_running():
+            process.require_free_ports(
+                service, HOST, (S3_PORT, MASTER_PORT, VOLUME_PORT, FILER_PORT)
+            )
             pid = process.spawn(service)
             spawned = True
             echo(f"Started SeaweedFS (pid {pid}); S3 on {LOCAL_ENDPOINT.endpoint}")

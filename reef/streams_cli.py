@@ -1,0 +1,24 @@
+"""``reef streams``: a Faust worker hosting the stream processors on Kafka."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reef.options import log_options, pop_log_flags, settings_from
+
+
+@click.command("streams")
+@log_options
+@click.option("--loglevel", default="info", help="Faust worker log level.")
+def streams(config_file: Path | None, loglevel: str, **flags: Any) -> None:
+    """Run the join and release-chain processors as a Faust worker (exactly-once)."""
+    settings = settings_from(config_file, **pop_log_flags(flags)).settings
+    from faust import Worker
+
+    from streams.app import create_app
+
+    app = create_app(settings)
+    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
