@@ -79,29 +79,45 @@ def down(wipe: bool) -> None:
 
 
 @stack.command()
-def status() -> None:
-    """Show what is installed and running."""
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit status.")
+def status(quiet: bool) -> None:
+    """Show what is installed and running.
+
+    Exits 0 when the default stack (`reef stack up`: the single Kafka node and
+    S3) is running, 1 otherwise.
+    """
     settings = load_settings()
+
+    def say(line: str) -> None:
+        if not quiet:
+            click.echo(line)
+
     install = kafka.install_for(settings)
     jars = "installed" if install.complete_marker.exists() else "not installed"
     weed = seaweed.binary_path(settings)
-    click.echo(f"stack home: {settings.home}")
-    click.echo(f"kafka {kafka.KAFKA_VERSION} jars: {jars} ({install.libs})")
-    click.echo(f"seaweedfs binary: {'built' if weed.is_file() else 'not built'} ({weed})")
+    say(f"stack home: {settings.home}")
+    say(f"kafka {kafka.KAFKA_VERSION} jars: {jars} ({install.libs})")
+    say(f"seaweedfs binary: {'built' if weed.is_file() else 'not built'} ({weed})")
+    default_up = True
     for shape_name in kafka.SHAPES:
         shape = kafka.shape_for(settings, shape_name)
         for node in shape.nodes:
             pid = node.service.pid()
+            if shape_name == "single" and pid is None:
+                default_up = False
             state = f"running (pid {pid})" if pid else "stopped"
-            click.echo(
+            say(
                 f"kafka {shape_name} node {node.node_id}: {state}, broker {node.bootstrap}, "
                 f"controller {kafka.HOST}:{node.controller_port}, log {node.logs_dir}"
             )
     service = seaweed.service_for(settings)
     pid = service.pid()
+    default_up = default_up and pid is not None
     state = f"running (pid {pid})" if pid else "stopped"
     endpoint = seaweed.LOCAL_ENDPOINT.endpoint
-    click.echo(f"s3 (seaweedfs): {state}, {endpoint}, log {service.log_file}")
+    say(f"s3 (seaweedfs): {state}, {endpoint}, log {service.log_file}")
+    if not default_up:
+        sys.exit(1)
 
 
 @stack.command()

@@ -210,6 +210,7 @@ class KafkaNode:
             log_file=self.logs_dir / "stdout.log",
             pid_file=self.root / "kafka.pid",
             marker=str(self.config_file),
+            extra_logs=(self.logs_dir / "server.log",),
         )
 
     def is_running(self) -> bool:
@@ -338,10 +339,11 @@ def ensure_installed(settings: StackSettings, echo: Echo = no_echo) -> KafkaInst
 
     def progress(line: str) -> str | None:
         nonlocal downloaded
-        if line.startswith("Downloaded from"):
+        if "Downloaded from" in line:
             downloaded += 1
-            if downloaded % 25 == 0:
-                name = line.split("/")[-1].split(" ")[0]
+            if downloaded % 100 == 0:
+                words = line.split("Downloaded from", 1)[1].split()
+                name = words[1].rsplit("/", 1)[-1] if len(words) > 1 else "?"
                 return f"downloaded {downloaded} files (latest: {name})"
         elif "BUILD SUCCESS" in line:
             return f"resolved ({downloaded} files downloaded)"

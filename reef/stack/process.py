@@ -68,6 +68,8 @@ class Service:
     pid_file: Path
     marker: str
     env: Mapping[str, str] = field(default_factory=dict)
+    # Logs the service writes itself (e.g. Kafka's server.log), shown on failures too.
+    extra_logs: tuple[Path, ...] = ()
 
     def pid(self) -> int | None:
         """The pid of the running service, or None (a stale pid file is removed)."""
@@ -84,7 +86,13 @@ class Service:
         return self.pid() is not None
 
     def log_tail(self, lines: int = 40) -> str:
-        return tail(self.log_file, lines)
+        """The last lines of the output log and of every extra log, each with a header."""
+        parts = []
+        for path in (self.log_file, *self.extra_logs):
+            text = tail(path, lines)
+            if text:
+                parts.append(f"--- last lines of {path}:\n{text}")
+        return "\n".join(parts) or f"(no output in {self.log_file})"
 
 
 def _read_pid(pid_file: Path) -> int | None:
@@ -220,10 +228,7 @@ def wait_until(
     while True:
         for svc in services:
             if not svc.is_running():
-                raise StackError(
-                    f"{svc.name} exited while waiting for {what}; "
-                    f"last lines of {svc.log_file}:\n{svc.log_tail()}"
-                )
+                raise StackError(f"{svc.name} exited while waiting for {what}\n{svc.log_tail()}")
         try:
             if probe():
                 return time.monotonic() - start
@@ -231,9 +236,7 @@ def wait_until(
             last_error = f"{type(exc).__name__}: {exc}"
         now = time.monotonic()
         if now >= deadline:
-            logs = "\n".join(
-                f"--- last lines of {svc.log_file}:\n{svc.log_tail()}" for svc in services
-            )
+            logs = "\n".join(svc.log_tail() for svc in services)
             raise StackError(
                 f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})"
                 + (f"\n{logs}" if logs else "")

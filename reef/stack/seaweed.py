@@ -62,16 +62,27 @@ class S3Endpoint:
         """``host:port``, as the ``minio`` client wants it."""
         return self.endpoint.split("://", 1)[-1].rstrip("/")
 
-    def minio_client(self) -> Any:
-        """A ``minio.Minio`` client for this endpoint (path-style addressing)."""
+    def minio_client(self, *, probe: bool = False) -> Any:
+        """A ``minio.Minio`` client for this endpoint (path-style addressing).
+
+        ``probe=True`` gives short timeouts and no retries, for readiness checks.
+        """
         from minio import Minio
 
+        http_client = None
+        if probe:
+            import urllib3
+
+            http_client = urllib3.PoolManager(
+                timeout=urllib3.Timeout(connect=2.0, read=10.0), retries=False
+            )
         return Minio(
             self.host,
             access_key=self.access_key,
             secret_key=self.secret_key,
             secure=self.secure,
             region=self.region,
+            http_client=http_client,
         )
 
 
@@ -220,7 +231,7 @@ def ensure_built(settings: StackSettings, echo: Echo = no_echo) -> Path:
 
 def round_trip(endpoint: S3Endpoint) -> None:
     """Create the bucket if missing, then put, get and delete a small object."""
-    client = endpoint.minio_client()
+    client = endpoint.minio_client(probe=True)
     if not client.bucket_exists(endpoint.bucket):
         client.make_bucket(endpoint.bucket)
     key = f"reef-stack-probe/{uuid.uuid4().hex}"
@@ -245,6 +256,9 @@ def wait_ready(
     echo: Echo = no_echo,
 ) -> float:
     def probe() -> bool:
+        host, _, port = endpoint.host.rpartition(":")
+        if port.isdigit() and not process.port_open(host, int(port)):
+            raise StackError(f"nothing listening at {endpoint.host} yet")
         round_trip(endpoint)
         return True
 
