@@ -11,6 +11,7 @@ from reef.errors import ReefError
 from reef.log.cli import log, topics
 from reef.replay_cli import replay_command
 from reef.serve import serve
+from reef.stack.cli import stack
 from reef.streams_cli import streams
 
 
@@ -35,10 +36,4 @@ main.add_command(topics)
 main.add_command(serve)
 main.add_command(replay_command)
 main.add_command(streams)
-
-try:  # the local development stack lives beside the package (reef.stack)
-    from reef.stack.cli import stack
-except ImportError:  # pragma: no cover - during bootstrap before reef.stack exists
-    pass
-else:
-    main.add_command(stack)
+main.add_command(stack)

@@ -41,7 +41,7 @@ def schema_dir() -> Path:
     raise FileNotFoundError("schemas/ not found next to the reef package")
 
 
-def schema_fingerprint(schema: Mapping[str, Any]) -> str:
+def schema_fingerprint(schema: dict[str, Any]) -> str:
     """CRC-64-AVRO fingerprint of the canonical form, as 16 hex chars (little-endian bytes)."""
     return str(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
 
@@ -56,7 +56,9 @@ class SchemaEntry:
 class SchemaCatalogue:
     """Fingerprint → writer schema, and event type → current (reader) schema."""
 
-    def __init__(self, current: Mapping[str, dict[str, Any]], history: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, current: Mapping[str, dict[str, Any]], history: list[dict[str, Any]]
+    ) -> None:
         self._current: dict[str, SchemaEntry] = {}
         self._by_fingerprint: dict[str, SchemaEntry] = {}
         for raw in [*current.values(), *history]:
@@ -91,6 +93,7 @@ class SchemaCatalogue:
 def _entry(raw: dict[str, Any]) -> SchemaEntry:
     name = raw["name"]
     parsed = fastavro.parse_schema(raw, _write_hint=False)
+    assert isinstance(parsed, dict)
     return SchemaEntry(name, schema_fingerprint(raw), parsed)
 
 

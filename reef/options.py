@@ -17,12 +17,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 def log_options(fn: F) -> F:
     """Add -c/--config, --state-dir, --log, --kafka-bootstrap and --partitions."""
     decorators = [
-        click.option("-c", "--config", "config_file", type=click.Path(path_type=Path, exists=True),
-                     help="YAML config file (a 'reef:' mapping)."),
+        click.option(
+            "-c",
+            "--config",
+            "config_file",
+            type=click.Path(path_type=Path, exists=True),
+            help="YAML config file (a 'reef:' mapping).",
+        ),
         click.option("--state-dir", type=click.Path(path_type=Path), help="Embedded state dir."),
         click.option("--log", type=click.Choice(["embedded", "kafka"]), help="Event log backend."),
         click.option("--kafka-bootstrap", help="Kafka bootstrap servers."),
         click.option("--partitions", type=int, help="Partitions per event topic."),
+        click.option("--kafka-topic-prefix", help="Prefix of every Reef topic on Kafka."),
     ]
     for decorator in reversed(decorators):
         fn = decorator(fn)
@@ -38,5 +44,7 @@ def settings_from(config_file: Path | None, **flags: Any) -> LoadedSettings:
 
 
 def pop_log_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: kwargs.pop(k) for k in ("state_dir", "log", "kafka_bootstrap", "partitions")}
-
+    return {
+        k: kwargs.pop(k)
+        for k in ("state_dir", "log", "kafka_bootstrap", "partitions", "kafka_topic_prefix")
+    }

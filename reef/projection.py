@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from reef import topics
-from reef.eventstore import EventStore
 from reef.events import (
     Event,
     ReleaseCommitted,
@@ -28,11 +27,13 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
+from reef.eventstore import EventStore
 from reef.ids import EMPTY_CONTENT_ID, content_hash
 from reef.log.base import Position
 
 logger = logging.getLogger(__name__)
 
+WAIT_SECONDS = 30.0
 FOLLOWED_TOPICS = (topics.SCENARIOS, topics.RELEASES, topics.REPORTS, topics.SAMPLES)
 
 
@@ -111,7 +112,12 @@ class ApiState:
         """A hash of everything projected, equal on every replica and after replay."""
         body = {
             "scenarios": [
-                [v.name, v.recipe, v.head, [[r.release_id, r.operation, r.pending] for r in v.releases]]
+                [
+                    v.name,
+                    v.recipe,
+                    v.head,
+                    [[r.release_id, r.operation, r.pending] for r in v.releases],
+                ]
                 for v in sorted(self.scenarios.values(), key=lambda v: v.name)
             ],
             "reports": sorted([*k, v.content_hash] for k, v in self.reports.items()),
@@ -129,8 +135,9 @@ class ApiState:
                 (event.scenario, event.event_id), ReportView(event.scenario, event.content_hash)
             )
         elif isinstance(event, SampleJoined):
-            self.fates.setdefault((event.scenario, event.report_id),
-                                  Fate("accepted", None, event.event_id))
+            self.fates.setdefault(
+                (event.scenario, event.report_id), Fate("accepted", None, event.event_id)
+            )
         elif isinstance(event, ReportRejected):
             self.fates.setdefault((event.scenario, event.report_id), Fate("rejected", event.reason))
         elif isinstance(event, ReleaseRejected):
@@ -140,8 +147,11 @@ class ApiState:
         if event.scenario in self.scenarios:
             return  # a racing replica's creation: the first in the log is the binding
         creation = ReleaseView(
-            event.initial_release_id, None, event.seed_content_id or EMPTY_CONTENT_ID,
-            "creation", event.occurred_at,
+            event.initial_release_id,
+            None,
+            event.seed_content_id or EMPTY_CONTENT_ID,
+            "creation",
+            event.occurred_at,
         )
         self.scenarios[event.scenario] = ScenarioView(
             event.scenario, event.recipe, event.occurred_at, creation.release_id, [creation]
@@ -158,9 +168,15 @@ class ApiState:
             return
         view.releases.append(
             ReleaseView(
-                event.release_id, event.parent_release_id, event.content_id, event.operation,
-                event.occurred_at, event.pending, json.loads(event.metrics_json),
-                json.loads(event.evaluation_json), event.target_release_id,
+                event.release_id,
+                event.parent_release_id,
+                event.content_id,
+                event.operation,
+                event.occurred_at,
+                event.pending,
+                json.loads(event.metrics_json),
+                json.loads(event.evaluation_json),
+                event.target_release_id,
             )
         )
         if event.operation == "promote":
@@ -201,10 +217,10 @@ class ProjectionFollower:
                 await task
         self._tasks = []
 
-    async def wait_for(self, position: Position, timeout: float = 30.0) -> None:
-        """Return once the record at ``position`` has been applied."""
+    async def wait_for(self, position: Position) -> None:
+        """Return once the record at ``position`` has been applied (at most 30 s)."""
         slot = (position.topic, position.partition)
-        async with asyncio.timeout(timeout), self._changed:
+        async with asyncio.timeout(WAIT_SECONDS), self._changed:
             await self._changed.wait_for(lambda: self._next.get(slot, 0) > position.offset)
 
     async def wait_for_all(self, positions: Iterable[Position]) -> None:
@@ -220,8 +236,13 @@ class ProjectionFollower:
             if stored.event is not None:
                 self.state.apply(stored.event)
             else:
-                logger.error("undecodable record %s/%d@%d: %s", topic, record.partition,
-                             record.offset, stored.error)
+                logger.error(
+                    "undecodable record %s/%d@%d: %s",
+                    topic,
+                    record.partition,
+                    record.offset,
+                    stored.error,
+                )
             async with self._changed:
                 self._next[(topic, record.partition)] = record.offset + 1
                 self._changed.notify_all()

@@ -79,6 +79,7 @@ async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
     """Digests of the state the running processors hold durably right now."""
     names = [p.name for p in processors(settings)]
     if isinstance(log, EmbeddedLog):
+
         def load(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
             out: dict[str, dict[str, Any]] = {name: {} for name in names}
             rows = db.execute("SELECT processor, key, value FROM processor_state")

@@ -34,7 +34,9 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
             click.echo(f"{name:28} {value:40} ({source})")
         return
     settings = loaded.settings
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from reef.api.app import create_app
 
@@ -45,7 +47,16 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         sys.exit(2)
     if settings.insecure and (settings.token is None and not settings.tokens):
         click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
-    click.echo(f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
-               err=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, lifespan="on", timeout_graceful_shutdown=10)
+    click.echo(
+        f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
+        err=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )

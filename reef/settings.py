@@ -32,6 +32,7 @@ class Settings(BaseModel):
     state_dir: Path = Field(Path(".reef"), description="Where embedded state lives.")
     log: Literal["embedded", "kafka"] = Field("embedded", description="Event log backend.")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_topic_prefix: str = Field("", description="Prefix of every topic and group on Kafka.")
     partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
     producer_id: str = Field("", description="Instance id written on events (default: host-pid).")
 
@@ -39,17 +40,22 @@ class Settings(BaseModel):
     port: int = Field(8900, ge=0, le=65535, description="Port the API binds to.")
     token: SecretStr | None = Field(None, description="Bearer token with every scope.")
     tokens: str = Field(
-        "", description="More tokens: 'tok:scope+scope[@scenario-glob],...' (scopes: inference, "
-        "report, read, admin)."
+        "",
+        description="More tokens: 'tok:scope+scope[@scenario-glob],...' (scopes: inference, "
+        "report, read, admin).",
     )
     insecure: bool = Field(False, description="Run with no token at all (prints a warning).")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body.")
     allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
     recipe: str = Field("core", description="Recipe every new scenario is bound to.")
 
-    join_park_timeout_s: float = Field(300.0, gt=0, description="How long a report waits for its records.")
+    join_park_timeout_s: float = Field(
+        300.0, gt=0, description="How long a report waits for its records."
+    )
     join_max_parked: int = Field(1000, ge=0, description="Reports that may wait per scenario.")
-    merge_sessions: bool = Field(False, description="Join multi-turn exchanges into one trajectory.")
+    merge_sessions: bool = Field(
+        False, description="Join multi-turn exchanges into one trajectory."
+    )
 
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")
@@ -139,7 +145,7 @@ def load_settings(
     return LoadedSettings(settings, sources)
 
 
-def describe(loaded: LoadedSettings) -> list[tuple[str, str, str]]:
+def describe(loaded: LoadedSettings) -> list[tuple[str, str, Source]]:
     """(name, shown value, source) rows; secrets are masked."""
     rows = []
     for name in Settings.model_fields:

@@ -27,9 +27,11 @@ logger = logging.getLogger(__name__)
 APP_ID = "reef-streams"
 
 
-def create_app(settings: Settings, *, app_id: str = APP_ID) -> faust.App:
+def create_app(settings: Settings) -> faust.App:
+    """The worker's app; its id, groups and topics carry the deployment's topic prefix."""
+    prefix = settings.kafka_topic_prefix
     app = faust.App(
-        app_id,
+        prefix + APP_ID,
         broker=f"kafka://{settings.kafka_bootstrap}",
         processing_guarantee="exactly_once",
         store="memory://",
@@ -41,17 +43,28 @@ def create_app(settings: Settings, *, app_id: str = APP_ID) -> faust.App:
     )
     codec = EventCodec()
     for processor in processors(settings):
-        _host(app, processor, codec, settings.partitions)
+        _host(app, processor, codec, settings.partitions, prefix)
     return app
 
 
-def _host(app: faust.App, processor: Processor, codec: EventCodec, partitions: int) -> None:
-    source = app.topic(*processor.inputs, key_type=bytes, value_type=bytes,
-                       key_serializer="raw", value_serializer="raw", partitions=partitions)
-    sink = app.topic(processor.output, key_serializer="raw", value_serializer="raw",
-                     partitions=partitions)
-    table = app.Table(f"{processor.name}-state", default=None, partitions=partitions,
-                      key_type=str)
+def _host(
+    app: faust.App, processor: Processor, codec: EventCodec, partitions: int, prefix: str
+) -> None:
+    source = app.topic(
+        *(prefix + t for t in processor.inputs),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+    sink = app.topic(
+        prefix + processor.output,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+    table = app.Table(f"{processor.name}-state", default=None, partitions=partitions, key_type=str)
     state = TableState(table)
 
     async def run(stream: Any) -> AsyncIterator[None]:
@@ -59,14 +72,19 @@ def _host(app: faust.App, processor: Processor, codec: EventCodec, partitions: i
             try:
                 decoded = codec.decode(event.value)
             except Exception:
-                logger.exception("%s: skipping undecodable record %s", processor.name,
-                                 event.message.tp)
+                logger.exception(
+                    "%s: skipping undecodable record %s", processor.name, event.message.tp
+                )
                 yield None
                 continue
             for output in processor.step(state, decoded):
                 value, headers = codec.encode(output)
-                await sink.send(key=output.scenario.encode(), value=value, headers=headers,
-                                partition=event.message.partition)
+                await sink.send(
+                    key=output.scenario.encode(),
+                    value=value,
+                    headers=headers,
+                    partition=event.message.partition,
+                )
             yield None
 
     app.agent(source, name=f"reef-{processor.name}")(run)

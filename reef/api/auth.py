@@ -77,13 +77,22 @@ def parse_token_spec(spec: str) -> list[tuple[str, frozenset[Scope], tuple[str, 
     for item in filter(None, (part.strip() for part in spec.split(","))):
         token, _, rest = item.partition(":")
         scope_text, _, scenario_text = rest.partition("@")
-        scopes = frozenset(s for s in scope_text.split("+") if s) if scope_text else ALL_SCOPES
+        scopes: frozenset[str] = (
+            frozenset(s for s in scope_text.split("+") if s) if scope_text else ALL_SCOPES
+        )
         unknown = scopes - ALL_SCOPES
         if unknown or not token:
             raise ConfigError(f"bad token entry (unknown scopes {sorted(unknown)} or empty token)")
         scenarios = tuple(scenario_text.split("|")) if scenario_text else ("*",)
-        grants.append((token, frozenset(scopes), scenarios))  # type: ignore[arg-type]
+        grants.append((token, frozenset(_as_scope(s) for s in scopes), scenarios))
     return grants
+
+
+def _as_scope(name: str) -> Scope:
+    for scope in ALL_SCOPES:
+        if scope == name:
+            return scope
+    raise ConfigError(f"unknown scope {name!r}")
 
 
 def registry_from(settings: Settings) -> TokenRegistry | None:

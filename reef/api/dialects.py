@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 _ANTHROPIC_ERROR_TYPES = {
@@ -29,7 +29,7 @@ _OPENAI_ERROR_TYPES = {
 }
 
 
-class Dialect(str, Enum):
+class Dialect(StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     REEF = "reef"
@@ -50,7 +50,9 @@ def error_body(dialect: Dialect, status: int, code: str, message: str) -> dict[s
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
     if dialect is Dialect.OPENAI:
-        kind = _OPENAI_ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+        kind = _OPENAI_ERROR_TYPES.get(
+            status, "invalid_request_error" if status < 500 else "api_error"
+        )
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return {"error": {"code": code, "message": message}}
 
@@ -108,7 +110,7 @@ class SseSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._buffer += chunk
-        blocks = []
+        blocks: list[bytes] = []
         while True:
             cut = _find_boundary(self._buffer)
             if cut is None:

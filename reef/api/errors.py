@@ -35,8 +35,12 @@ async def _request_error(request: Request, exc: Exception) -> JSONResponse:
 async def _reef_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, LogUnavailableError | UnknownTopicError):
         logger.warning("event log unavailable: %s", exc)
-        return error_response(request, 503, "log_unavailable",
-                              "the event log cannot record right now; nothing was stored")
+        return error_response(
+            request,
+            503,
+            "log_unavailable",
+            "the event log cannot record right now; nothing was stored",
+        )
     logger.error("unexpected Reef error", exc_info=exc)
     return error_response(request, 500, "internal_error", str(exc))
 
@@ -51,7 +55,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()))
-    return error_response(request, 400, "invalid_request", f"{where}: {first.get('msg', 'invalid')}")
+    return error_response(
+        request, 400, "invalid_request", f"{where}: {first.get('msg', 'invalid')}"
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -60,18 +60,37 @@ class Exchange:
     upstream_started: float = 0.0
     upstream_done: float = 0.0
 
-    def record(self, ctx: AppContext, *, status: int, complete: bool, response: str | None,
-               usage: tuple[int | None, int | None] = (None, None),
-               error: str | None = None) -> InferenceRecorded:
+    def record(
+        self,
+        ctx: AppContext,
+        *,
+        status: int,
+        complete: bool,
+        response: str | None,
+        usage: tuple[int | None, int | None] = (None, None),
+        error: str | None = None,
+    ) -> InferenceRecorded:
         now = time.perf_counter()
         return InferenceRecorded(
-            event_id=self.receipt, scenario=self.scenario, occurred_at=utc_now(),
-            producer=ctx.producer, dialect=self.dialect, route=self.route,
-            release_id=self.release_id, model=self.model, stream=self.stream, status=status,
-            complete=complete, error=error, request_json=self.request_json,
-            response_json=response, latency_ms=(now - self.started) * 1000,
+            event_id=self.receipt,
+            scenario=self.scenario,
+            occurred_at=utc_now(),
+            producer=ctx.producer,
+            dialect=self.dialect,
+            route=self.route,
+            release_id=self.release_id,
+            model=self.model,
+            stream=self.stream,
+            status=status,
+            complete=complete,
+            error=error,
+            request_json=self.request_json,
+            response_json=response,
+            latency_ms=(now - self.started) * 1000,
             upstream_latency_ms=((self.upstream_done or now) - self.upstream_started) * 1000,
-            input_tokens=usage[0], output_tokens=usage[1], tags=self.tags,
+            input_tokens=usage[0],
+            output_tokens=usage[1],
+            tags=self.tags,
         )
 
 
@@ -97,7 +116,8 @@ async def messages(request: Request) -> Response:
     """Anthropic messages, recorded.
 
     curl -H "x-api-key: $REEF_TOKEN" -H "x-reef-scenario: demo" \\
-      -d '{"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}' \\
+      -d '{"model": "claude-x", "max_tokens": 64,
+           "messages": [{"role": "user", "content": "hi"}]}' \\
       http://127.0.0.1:8900/v1/messages
     """
     return await serve(request, "/v1/messages", Dialect.ANTHROPIC)
@@ -133,10 +153,16 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         raw = json.dumps(body).encode()
     view, _ = await registry.ensure(ctx, scenario)
     exchange = Exchange(
-        receipt=new_receipt(scenario), scenario=scenario, route=route, dialect=dialect.value,
-        release_id=view.head, request_json=raw.decode(),
+        receipt=new_receipt(scenario),
+        scenario=scenario,
+        route=route,
+        dialect=dialect.value,
+        release_id=view.head,
+        request_json=raw.decode(),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
-        stream=body.get("stream") is True, tags=tags_of(request), started=started,
+        stream=body.get("stream") is True,
+        tags=tags_of(request),
+        started=started,
     )
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     exchange.upstream_started = time.perf_counter()
@@ -164,12 +190,17 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Respons
     except ValueError:
         parsed = None
     usage = usage_of(parsed) if isinstance(parsed, dict) else (None, None)
-    event = exchange.record(ctx, status=upstream.status_code, complete=True, response=text, usage=usage)
+    event = exchange.record(
+        ctx, status=upstream.status_code, complete=True, response=text, usage=usage
+    )
     await ctx.store.append(event)
     headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.release_id}
-    return Response(content, status_code=upstream.status_code,
-                    media_type=upstream.headers.get("content-type", "application/json"),
-                    headers=headers)
+    return Response(
+        content,
+        status_code=upstream.status_code,
+        media_type=upstream.headers.get("content-type", "application/json"),
+        headers=headers,
+    )
 
 
 async def _relay_stream(
@@ -189,7 +220,10 @@ async def _relay_stream(
                     continue
                 exchange.upstream_done = time.perf_counter()
                 record = exchange.record(
-                    ctx, status=200, complete=True, response=json.dumps(assembly.record_body()),
+                    ctx,
+                    status=200,
+                    complete=True,
+                    response=json.dumps(assembly.record_body()),
                     usage=(assembly.input_tokens, assembly.output_tokens),
                 )
                 finished = True
@@ -200,7 +234,9 @@ async def _relay_stream(
                     return
                 yield receipt_frames(exchange.route, event, assembly, exchange.receipt)
         if not finished:
-            _record_incomplete(ctx, exchange, assembly, "upstream stream ended without its final event")
+            _record_incomplete(
+                ctx, exchange, assembly, "upstream stream ended without its final event"
+            )
             finished = True
     except httpx.HTTPError as exc:
         if not finished:
@@ -213,11 +249,17 @@ async def _relay_stream(
         await asyncio.shield(upstream.aclose())
 
 
-def _record_incomplete(ctx: AppContext, exchange: Exchange, assembly: StreamAssembly, why: str) -> None:
+def _record_incomplete(
+    ctx: AppContext, exchange: Exchange, assembly: StreamAssembly, why: str
+) -> None:
     """Store a diagnostic record (no receipt is ever sent for it), even if cancelled."""
     record = exchange.record(
-        ctx, status=200, complete=False, response=json.dumps(assembly.record_body()),
-        usage=(assembly.input_tokens, assembly.output_tokens), error=why,
+        ctx,
+        status=200,
+        complete=False,
+        response=json.dumps(assembly.record_body()),
+        usage=(assembly.input_tokens, assembly.output_tokens),
+        error=why,
     )
     ctx.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")
 
@@ -231,7 +273,8 @@ def _stream_error(exchange: Exchange, message: str) -> bytes:
 
 
 def _is_sse(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").startswith("text/event-stream")
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("text/event-stream")
 
 
 def _relay_error(upstream: httpx.Response, dialect: Dialect) -> Response:

@@ -49,7 +49,8 @@ def scenario_header(request: Request) -> str:
 def checked_scenario(name: str) -> str:
     if not valid_scenario(name):
         raise RequestError(
-            400, "invalid_scenario",
+            400,
+            "invalid_scenario",
             "scenario names match [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
         )
     return name
@@ -58,7 +59,7 @@ def checked_scenario(name: str) -> str:
 def tags_of(request: Request) -> dict[str, str]:
     """``x-reef-tag-<name>`` headers; names lowercased, empty values dropped."""
     return {
-        name[len(TAG_PREFIX):].lower(): value
+        name[len(TAG_PREFIX) :].lower(): value
         for name, value in request.headers.items()
         if name.lower().startswith(TAG_PREFIX) and value and len(name) > len(TAG_PREFIX)
     }

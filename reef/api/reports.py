@@ -33,8 +33,12 @@ class ReportInput:
     metadata: dict[str, Any]
 
     def content(self) -> dict[str, Any]:
-        return {"score": self.score, "feedback": self.feedback,
-                "references": self.references, "metadata": self.metadata}
+        return {
+            "score": self.score,
+            "feedback": self.feedback,
+            "references": self.references,
+            "metadata": self.metadata,
+        }
 
 
 def validate_report(body: dict[str, Any]) -> ReportInput:
@@ -46,16 +50,24 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
         raise RequestError(400, "invalid_feedback", "feedback must be a string or an object")
     references = body.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) and r for r in references):
-        raise RequestError(400, "invalid_references", "references must be a list of receipt strings")
+        raise RequestError(
+            400, "invalid_references", "references must be a list of receipt strings"
+        )
     metadata = body.get("metadata", {})
     if not isinstance(metadata, dict):
         raise RequestError(400, "invalid_metadata", "metadata must be an object")
     chosen = body.get("agent_record_id")
     if chosen is not None and (not isinstance(chosen, str) or not chosen.strip()):
-        raise RequestError(400, "invalid_agent_record_id", "agent_record_id must be a non-empty string")
+        raise RequestError(
+            400, "invalid_agent_record_id", "agent_record_id must be a non-empty string"
+        )
     return ReportInput(
-        report_id=chosen.strip() if chosen else new_record_id(), client_chosen=chosen is not None,
-        score=float(score), feedback=feedback, references=list(references), metadata=metadata,
+        report_id=chosen.strip() if chosen else new_record_id(),
+        client_chosen=chosen is not None,
+        score=float(score),
+        feedback=feedback,
+        references=list(references),
+        metadata=metadata,
     )
 
 
@@ -65,8 +77,9 @@ class ReportDesk:
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def submit(self, ctx: AppContext, scenario: str, report: ReportInput,
-                     reporter: str) -> None:
+    async def submit(
+        self, ctx: AppContext, scenario: str, report: ReportInput, reporter: str
+    ) -> None:
         lock = self._locks.setdefault(f"{scenario}/{report.report_id}", asyncio.Lock())
         try:
             async with lock:
@@ -75,19 +88,28 @@ class ReportDesk:
             if not lock.locked():
                 self._locks.pop(f"{scenario}/{report.report_id}", None)
 
-    async def _submit(self, ctx: AppContext, scenario: str, report: ReportInput,
-                      reporter: str) -> None:
+    async def _submit(
+        self, ctx: AppContext, scenario: str, report: ReportInput, reporter: str
+    ) -> None:
         digest = content_hash(report.content())
         seen = ctx.projection.state.reports.get((scenario, report.report_id))
         if seen is not None:
             if seen.content_hash == digest:
                 return  # an identical resend: same answer, nothing new in the log
-            raise RequestError(409, "conflict", f"report {report.report_id} exists with other content")
+            raise RequestError(
+                409, "conflict", f"report {report.report_id} exists with other content"
+            )
         event = ReportSubmitted(
-            event_id=report.report_id, scenario=scenario, occurred_at=utc_now(),
-            producer=ctx.producer, score=report.score,
-            feedback_json=json.dumps(report.feedback), references=report.references,
-            metadata_json=json.dumps(report.metadata), content_hash=digest, reporter=reporter,
+            event_id=report.report_id,
+            scenario=scenario,
+            occurred_at=utc_now(),
+            producer=ctx.producer,
+            score=report.score,
+            feedback_json=json.dumps(report.feedback),
+            references=report.references,
+            metadata_json=json.dumps(report.metadata),
+            content_hash=digest,
+            reporter=reporter,
         )
         position = await ctx.store.append(event)
         await ctx.projection.wait_for(position)
@@ -124,10 +146,16 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
     scenario = scenario_header(request)
     seen = ctx.projection.state.reports.get((scenario, report_id))
     if seen is None:
-        raise RequestError(404, "unknown_report", f"no report {report_id!r} in scenario {scenario!r}")
+        raise RequestError(
+            404, "unknown_report", f"no report {report_id!r} in scenario {scenario!r}"
+        )
     fate = ctx.projection.state.fates.get((scenario, report_id))
-    return JSONResponse({
-        "agent_record_id": report_id, "scenario": scenario,
-        "status": fate.status if fate else "pending", "reason": fate.reason if fate else None,
-        "release_id": None,
-    })
+    return JSONResponse(
+        {
+            "agent_record_id": report_id,
+            "scenario": scenario,
+            "status": fate.status if fate else "pending",
+            "reason": fate.reason if fate else None,
+            "release_id": None,
+        }
+    )

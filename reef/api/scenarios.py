@@ -13,8 +13,8 @@ from reef.api import registry
 from reef.api.context import context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.errors import RequestError
-from reef.eventstore import StoredEvent
 from reef.events import InferenceRecorded, ReportSubmitted
+from reef.eventstore import StoredEvent
 from reef.log.partitioner import partition_for
 
 router = APIRouter()
@@ -98,7 +98,12 @@ async def list_records(
         if len(records) >= limit:
             break
     return JSONResponse(
-        {"scenario": scenario, "partition": partition, "records": records, "next_after": next_after},
+        {
+            "scenario": scenario,
+            "partition": partition,
+            "records": records,
+            "next_after": next_after,
+        },
         headers=NO_STORE,
     )
 
@@ -133,19 +138,29 @@ def record_json(stored: StoredEvent) -> dict[str, Any]:
     base: dict[str, Any] = {"offset": stored.record.offset}
     if isinstance(event, InferenceRecorded):
         return base | {
-            "agent_record_id": event.event_id, "request_type": "inference",
-            "created_at": event.occurred_at.isoformat(), "release_id": event.release_id,
-            "route": event.route, "dialect": event.dialect, "status": event.status,
-            "complete": event.complete, "stream": event.stream, "error": event.error,
+            "agent_record_id": event.event_id,
+            "request_type": "inference",
+            "created_at": event.occurred_at.isoformat(),
+            "release_id": event.release_id,
+            "route": event.route,
+            "dialect": event.dialect,
+            "status": event.status,
+            "complete": event.complete,
+            "stream": event.stream,
+            "error": event.error,
             "request": _json_or_text(event.request_json),
-            "response": _json_or_text(event.response_json), "tags": event.tags,
+            "response": _json_or_text(event.response_json),
+            "tags": event.tags,
             "usage": {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens},
         }
     if isinstance(event, ReportSubmitted):
         return base | {
-            "agent_record_id": event.event_id, "request_type": "report",
-            "created_at": event.occurred_at.isoformat(), "score": event.score,
-            "feedback": json.loads(event.feedback_json), "references": event.references,
+            "agent_record_id": event.event_id,
+            "request_type": "report",
+            "created_at": event.occurred_at.isoformat(),
+            "score": event.score,
+            "feedback": json.loads(event.feedback_json),
+            "references": event.references,
             "metadata": json.loads(event.metadata_json),
         }
     return base

@@ -32,15 +32,22 @@ async def status(request: Request) -> JSONResponse:
         for name, view in sorted(ctx.projection.state.scenarios.items())
         if principal.may_use(name)
     }
-    return JSONResponse({
-        "producer": ctx.producer,
-        "log": ctx.settings.log,
-        "projection": {"healthy": ctx.projection.healthy(),
-                       "digest": ctx.projection.state.digest()},
-        "processors": {
-            runtime.processor.name: {"healthy": runtime.healthy(), "lag": await runtime.lag(),
-                                     "processed": runtime.processed}
-            for runtime in ctx.runtimes
-        },
-        "scenarios": scenarios,
-    })
+    return JSONResponse(
+        {
+            "producer": ctx.producer,
+            "log": ctx.settings.log,
+            "projection": {
+                "healthy": ctx.projection.healthy(),
+                "digest": ctx.projection.state.digest(),
+            },
+            "processors": {
+                runtime.processor.name: {
+                    "healthy": runtime.healthy(),
+                    "lag": await runtime.lag(),
+                    "processed": runtime.processed,
+                }
+                for runtime in ctx.runtimes
+            },
+            "scenarios": scenarios,
+        }
+    )

@@ -31,11 +31,15 @@ DEFAULT_ANTHROPIC_VERSION: Final = "2023-06-01"
 class Upstream:
     """Sends provider-native requests to the configured provider."""
 
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.base_url = (settings.upstream_url or "").rstrip("/")
         self.dialect = settings.upstream_dialect
         self.model = settings.upstream_model
-        self._key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        self._key = (
+            settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        )
         timeout = httpx.Timeout(
             settings.upstream_read_timeout_s, connect=settings.upstream_connect_timeout_s
         )
@@ -52,7 +56,9 @@ class Upstream:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def build(self, method: str, suffix: str, body: bytes | None, client: Mapping[str, str]) -> httpx.Request:
+    def build(
+        self, method: str, suffix: str, body: bytes | None, client: Mapping[str, str]
+    ) -> httpx.Request:
         if not self.configured:
             raise RequestError(502, "no_upstream", "no upstream is configured for this deployment")
         headers = {name: client[name] for name in FORWARDED_HEADERS if name in client}
@@ -63,7 +69,9 @@ class Upstream:
                 headers["authorization"] = f"Bearer {self._key}"
         if self.dialect == "anthropic" or suffix.startswith("/messages"):
             headers.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
-        return self._client.build_request(method, self.base_url + suffix, content=body, headers=headers)
+        return self._client.build_request(
+            method, self.base_url + suffix, content=body, headers=headers
+        )
 
     async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         try:
@@ -71,7 +79,9 @@ class Upstream:
         except httpx.TimeoutException as exc:
             raise RequestError(504, "upstream_timeout", f"upstream timed out: {exc!r}") from exc
         except httpx.HTTPError as exc:
-            raise RequestError(502, "upstream_unavailable", f"upstream unreachable: {exc!r}") from exc
+            raise RequestError(
+                502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
+            ) from exc
 
 
 def relayed_status(upstream_status: int) -> int:

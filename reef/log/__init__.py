@@ -16,7 +16,12 @@ def open_log(settings: Settings, *, client_id: str = "reef") -> EventLog:
     if settings.log == "kafka":
         from reef.log.kafka import KafkaLog
 
-        return KafkaLog(settings.kafka_bootstrap, partitions=settings.partitions, client_id=client_id)
+        return KafkaLog(
+            settings.kafka_bootstrap,
+            partitions=settings.partitions,
+            client_id=client_id,
+            topic_prefix=settings.kafka_topic_prefix,
+        )
     from reef.log.embedded import EmbeddedLog
 
     return EmbeddedLog(settings.state_dir / "log.sqlite3", partitions=settings.partitions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import asdict
 from datetime import datetime
@@ -65,10 +66,8 @@ def tail(
             async for stored in store.read(topic, start=start, follow=follow, scenario=scenario):
                 click.echo(json.dumps(tail_line(stored)))
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
 
 
 def tail_line(stored: StoredEvent) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import sqlite3
 import time
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 T = TypeVar("T")
 
 _READ_CHUNK: Final = 500
+_NO_LIMIT: Final = 2**63 - 1
 _POLL_SECONDS: Final = 0.05
 
 
@@ -244,11 +246,11 @@ class EmbeddedLog:
 
         return await asyncio.to_thread(run)
 
-    async def wait_for_append(self, timeout: float) -> None:
-        """Return when this process appends something, or after ``timeout`` (other writers)."""
+    async def wait_for_append(self, seconds: float) -> None:
+        """Return when this process appends something, or after ``seconds`` (other writers)."""
         self._appended.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._appended.wait(), timeout)
+            await asyncio.wait_for(self._appended.wait(), seconds)
 
     # -- writer side -------------------------------------------------------------
 
@@ -263,7 +265,7 @@ class EmbeddedLog:
                 size += len(item[0])
             records = [record for batch, _ in group for record in batch]
             try:
-                positions = await self._guarded(lambda: self._write(records))
+                positions = await self._guarded(functools.partial(self._write, records))
             except LogError as exc:
                 for _, future in group:
                     if not future.done():
@@ -301,8 +303,15 @@ class EmbeddedLog:
                 offset = next_offsets[slot]
                 next_offsets[slot] = offset + 1
                 rows.append(
-                    (record.topic, partition, offset, record.key, record.value,
-                     _encode_headers(record.headers), now)
+                    (
+                        record.topic,
+                        partition,
+                        offset,
+                        record.key,
+                        record.value,
+                        _encode_headers(record.headers),
+                        now,
+                    )
                 )
                 positions.append(Position(record.topic, partition, offset))
             db.executemany(
@@ -352,10 +361,9 @@ class EmbeddedLog:
                     continue
                 rows = db.execute(
                     'SELECT "offset", key, value, headers, timestamp_ms FROM records '
-                    'WHERE topic = ? AND partition = ? AND "offset" >= ? '
-                    + ('AND "offset" < ? ' if limit is not None else "")
-                    + 'ORDER BY "offset" LIMIT ?',
-                    (topic, partition, offset, *(() if limit is None else (limit,)), _READ_CHUNK),
+                    'WHERE topic = ? AND partition = ? AND "offset" >= ? AND "offset" < ? '
+                    'ORDER BY "offset" LIMIT ?',
+                    (topic, partition, offset, _NO_LIMIT if limit is None else limit, _READ_CHUNK),
                 ).fetchall()
                 out.extend(
                     LogRecord(topic, partition, int(o), k, v, _decode_headers(h), int(ts))
@@ -366,7 +374,9 @@ class EmbeddedLog:
     async def _load_topics(self) -> None:
         def query() -> dict[str, int]:
             with self._reader() as db:
-                return {str(n): int(p) for n, p in db.execute("SELECT name, partitions FROM topics")}
+                return {
+                    str(n): int(p) for n, p in db.execute("SELECT name, partitions FROM topics")
+                }
 
         self._topics = await asyncio.to_thread(query)
 

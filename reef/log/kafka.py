@@ -36,6 +36,7 @@ class KafkaLog:
         compression: str | None = "lz4",
         linger_ms: int = 0,
         request_timeout_ms: int = 15000,
+        topic_prefix: str = "",
     ) -> None:
         self.bootstrap = bootstrap
         self._partitions = partitions
@@ -44,6 +45,9 @@ class KafkaLog:
         self._linger_ms = linger_ms
         self._request_timeout_ms = request_timeout_ms
         self._producer: AIOKafkaProducer | None = None
+        #: namespaces every topic on the cluster (tests, several deployments on one cluster);
+        #: callers always see the unprefixed names
+        self.topic_prefix = topic_prefix
 
     @property
     def partitions(self) -> int:
@@ -83,9 +87,12 @@ class KafkaLog:
                 "min.insync.replicas": "2" if replication >= 3 else "1",
             }
             existing = set(await admin.list_topics())
-            missing = [t for t in topics if t not in existing]
+            missing = [self._t(t) for t in topics if self._t(t) not in existing]
             if missing:
-                new = [NewTopic(t, self._partitions, replication, topic_configs=configs) for t in missing]
+                new = [
+                    NewTopic(t, self._partitions, replication, topic_configs=configs)
+                    for t in missing
+                ]
                 with contextlib.suppress(TopicAlreadyExistsError):
                     await admin.create_topics(new)
         except KafkaError as exc:
@@ -101,17 +108,17 @@ class KafkaLog:
         producer = self._require_producer()
         try:
             futures = [
-                await producer.send(r.topic, r.value, key=r.key, headers=list(r.headers))
+                await producer.send(self._t(r.topic), r.value, key=r.key, headers=list(r.headers))
                 for r in records
             ]
             metadata = await asyncio.gather(*futures)
         except KafkaError as exc:
             raise _translate(exc) from exc
-        return [Position(m.topic, m.partition, m.offset) for m in metadata]
+        return [Position(self._untag(m.topic), m.partition, m.offset) for m in metadata]
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
         async with self._consumer() as consumer:
-            tps = await self._partitions_of(consumer, topic)
+            tps = await self._partitions_of(consumer, self._t(topic))
             ends = await consumer.end_offsets(tps)
         return {tp.partition: int(offset) for tp, offset in ends.items()}
 
@@ -124,7 +131,7 @@ class KafkaLog:
         follow: bool = False,
     ) -> AsyncIterator[LogRecord]:
         async with self._consumer() as consumer:
-            tps = await self._partitions_of(consumer, topic)
+            tps = await self._partitions_of(consumer, self._t(topic))
             if partitions is not None:
                 tps = [tp for tp in tps if tp.partition in set(partitions)]
             consumer.assign(tps)
@@ -140,14 +147,19 @@ class KafkaLog:
                         if stop is not None and m.offset >= stop[tp]:
                             continue
                         yield LogRecord(
-                            m.topic, m.partition, m.offset, m.key, m.value,
-                            tuple((k, bytes(v)) for k, v in m.headers), int(m.timestamp),
+                            topic,
+                            m.partition,
+                            m.offset,
+                            m.key,
+                            m.value,
+                            tuple((k, bytes(v)) for k, v in m.headers),
+                            int(m.timestamp),
                         )
 
     async def committed(self, group: str, topic: str) -> dict[int, int]:
         async with self._consumer(group=group) as consumer:
             out: dict[int, int] = {}
-            for tp in await self._partitions_of(consumer, topic):
+            for tp in await self._partitions_of(consumer, self._t(topic)):
                 offset = await consumer.committed(tp)
                 if offset is not None:
                     out[tp.partition] = int(offset)
@@ -155,17 +167,28 @@ class KafkaLog:
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         async with self._consumer(group=group) as consumer:
-            await self._partitions_of(consumer, topic)  # aiokafka retries unknown topics forever
-            tps = [TopicPartition(topic, p) for p in offsets]
+            await self._partitions_of(
+                consumer, self._t(topic)
+            )  # aiokafka retries unknown topics forever
+            tps = [TopicPartition(self._t(topic), p) for p in offsets]
             consumer.assign(tps)
             try:
                 await consumer.commit(
-                    {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in offsets.items()}
+                    {
+                        TopicPartition(self._t(topic), p): OffsetAndMetadata(o, "")
+                        for p, o in offsets.items()
+                    }
                 )
             except KafkaError as exc:
                 raise _translate(exc) from exc
 
     # -- helpers -------------------------------------------------------------------
+
+    def _t(self, topic: str) -> str:
+        return self.topic_prefix + topic
+
+    def _untag(self, topic: str) -> str:
+        return topic.removeprefix(self.topic_prefix)
 
     def _require_producer(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -198,7 +221,7 @@ class KafkaLog:
     async def _partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
         found = consumer.partitions_for_topic(topic)
         if not found:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public API
+            await consumer._client.force_metadata_update()
             found = consumer.partitions_for_topic(topic)
         if not found:
             raise UnknownTopicError(f"unknown topic {topic!r}")

@@ -40,14 +40,22 @@ class ReleaseChainProcessor:
             return []  # a racing replica's creation: the first binding stands
         content = event.seed_content_id or EMPTY_CONTENT_ID
         state.set(f"head/{event.scenario}", event.initial_release_id)
-        state.set(f"release/{event.scenario}/{event.initial_release_id}",
-                  {"content_id": content, "pending": False})
-        return [ReleaseCommitted(
-            event_id=derived_id("committed", event.event_id), scenario=event.scenario,
-            occurred_at=event.occurred_at, producer=PRODUCER,
-            release_id=event.initial_release_id, proposal_id=event.event_id,
-            content_id=content, operation="creation",
-        )]
+        state.set(
+            f"release/{event.scenario}/{event.initial_release_id}",
+            {"content_id": content, "pending": False},
+        )
+        return [
+            ReleaseCommitted(
+                event_id=derived_id("committed", event.event_id),
+                scenario=event.scenario,
+                occurred_at=event.occurred_at,
+                producer=PRODUCER,
+                release_id=event.initial_release_id,
+                proposal_id=event.event_id,
+                content_id=content,
+                operation="creation",
+            )
+        ]
 
     def _decide(self, state: KeyValueState, p: ReleaseProposed) -> Event:
         head = state.get(f"head/{p.scenario}")
@@ -70,7 +78,11 @@ class ReleaseChainProcessor:
     def _check_target(self, state: KeyValueState, p: ReleaseProposed) -> str | None:
         if p.operation == "training":
             return None
-        target = state.get(f"release/{p.scenario}/{p.target_release_id}") if p.target_release_id else None
+        target = (
+            state.get(f"release/{p.scenario}/{p.target_release_id}")
+            if p.target_release_id
+            else None
+        )
         if target is None:
             return "unknown_target"
         if p.operation == "promote" and not target["pending"]:
@@ -80,27 +92,43 @@ class ReleaseChainProcessor:
         return None
 
     def _commit(self, state: KeyValueState, p: ReleaseProposed, new_id: str, head: str) -> Event:
-        state.set(f"release/{p.scenario}/{new_id}", {"content_id": p.content_id, "pending": p.pending})
+        state.set(
+            f"release/{p.scenario}/{new_id}", {"content_id": p.content_id, "pending": p.pending}
+        )
         for sample in p.sample_ids:
             state.set(f"sample/{p.scenario}/{sample}", new_id)
         if p.operation == "promote" and p.target_release_id:
-            state.set(f"release/{p.scenario}/{p.target_release_id}",
-                      {"content_id": p.content_id, "pending": False, "promoted_to": new_id})
+            state.set(
+                f"release/{p.scenario}/{p.target_release_id}",
+                {"content_id": p.content_id, "pending": False, "promoted_to": new_id},
+            )
         if not p.pending:
             state.set(f"head/{p.scenario}", new_id)
         return ReleaseCommitted(
-            event_id=derived_id("committed", p.event_id), scenario=p.scenario,
-            occurred_at=p.occurred_at, producer=PRODUCER, release_id=new_id,
-            proposal_id=p.proposal_id, parent_release_id=head, content_id=p.content_id,
-            operation=p.operation, target_release_id=p.target_release_id,
-            metrics_json=p.metrics_json, evaluation_json=p.evaluation_json,
-            sample_ids=list(p.sample_ids), pending=p.pending,
+            event_id=derived_id("committed", p.event_id),
+            scenario=p.scenario,
+            occurred_at=p.occurred_at,
+            producer=PRODUCER,
+            release_id=new_id,
+            proposal_id=p.proposal_id,
+            parent_release_id=head,
+            content_id=p.content_id,
+            operation=p.operation,
+            target_release_id=p.target_release_id,
+            metrics_json=p.metrics_json,
+            evaluation_json=p.evaluation_json,
+            sample_ids=list(p.sample_ids),
+            pending=p.pending,
         )
 
 
 def _rejected(p: ReleaseProposed, reason: str, head: str | None) -> ReleaseRejected:
     return ReleaseRejected(
-        event_id=derived_id("rejected-proposal", p.event_id), scenario=p.scenario,
-        occurred_at=p.occurred_at, producer=PRODUCER, proposal_id=p.proposal_id, reason=reason,
+        event_id=derived_id("rejected-proposal", p.event_id),
+        scenario=p.scenario,
+        occurred_at=p.occurred_at,
+        producer=PRODUCER,
+        proposal_id=p.proposal_id,
+        reason=reason,
         head_release_id=head,
     )

@@ -16,7 +16,8 @@ from typing import Any
 def _text(content: Any) -> Any:
     if isinstance(content, list):
         parts = [
-            block.get("text", "") if isinstance(block, dict) else str(block) for block in content
+            block.get("text", "") if isinstance(block, dict) else str(block)
+            for block in content
             if not isinstance(block, dict) or block.get("type", "text") in ("text", "output_text")
         ]
         return "".join(parts)

@@ -46,8 +46,14 @@ CREATE TABLE IF NOT EXISTS processor_state (
 class EmbeddedRuntime:
     """Runs one processor over the embedded log until closed."""
 
-    def __init__(self, log: EmbeddedLog, processor: Processor, *, batch_size: int = 1000,
-                 idle_wait: float = 0.05) -> None:
+    def __init__(
+        self,
+        log: EmbeddedLog,
+        processor: Processor,
+        *,
+        batch_size: int = 1000,
+        idle_wait: float = 0.05,
+    ) -> None:
         self.log = log
         self.processor = processor
         self.store = EventStore(log)
@@ -60,7 +66,7 @@ class EmbeddedRuntime:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.log.transact([], lambda db: db.execute(_STATE_TABLE) and None)
+        await self.log.transact([], _create_state_table)
         self.state.data = await self.log.query(self._load_state)
         for topic in self.processor.inputs:
             self.positions[topic] = await self.log.committed(self.group, topic)
@@ -105,8 +111,14 @@ class EmbeddedRuntime:
         for record in records:
             stored = self.store.decode(record)
             if stored.event is None:
-                logger.error("%s: skipping undecodable %s/%d@%d: %s", self.processor.name,
-                             record.topic, record.partition, record.offset, stored.error)
+                logger.error(
+                    "%s: skipping undecodable %s/%d@%d: %s",
+                    self.processor.name,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    stored.error,
+                )
             else:
                 outputs.extend(self.processor.step(buffer, stored.event))
             positions[record.topic][record.partition] = record.offset + 1
@@ -136,8 +148,12 @@ class EmbeddedRuntime:
         records.sort(key=lambda r: (r.partition, r.timestamp_ms, order[r.topic], r.offset))
         return _contiguous(records, self.positions)
 
-    def _persist(self, db: sqlite3.Connection, changes: Sequence[tuple[str, Any]],
-                 positions: dict[str, dict[int, int]]) -> None:
+    def _persist(
+        self,
+        db: sqlite3.Connection,
+        changes: Sequence[tuple[str, Any]],
+        positions: dict[str, dict[int, int]],
+    ) -> None:
         name = self.processor.name
         db.executemany(
             "INSERT INTO processor_state (processor, key, value) VALUES (?, ?, ?) "
@@ -155,9 +171,14 @@ class EmbeddedRuntime:
         )
 
     def _load_state(self, db: sqlite3.Connection) -> dict[str, Any]:
-        rows = db.execute("SELECT key, value FROM processor_state WHERE processor = ?",
-                          (self.processor.name,))
+        rows = db.execute(
+            "SELECT key, value FROM processor_state WHERE processor = ?", (self.processor.name,)
+        )
         return {str(k): json.loads(v) for k, v in rows}
+
+
+def _create_state_table(db: sqlite3.Connection) -> None:
+    db.execute(_STATE_TABLE)
 
 
 def _contiguous(records: list[LogRecord], positions: dict[str, dict[int, int]]) -> list[LogRecord]:

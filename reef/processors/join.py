@@ -69,17 +69,24 @@ class JoinProcessor:
         request = _loads(event.request_json)
         response = _loads(event.response_json)
         record: dict[str, Any] = {
-            "scenario": event.scenario, "release_id": event.release_id, "route": event.route,
-            "at": _ms(event.occurred_at), "request": request, "response": response, "parent": None,
+            "scenario": event.scenario,
+            "release_id": event.release_id,
+            "route": event.route,
+            "at": _ms(event.occurred_at),
+            "request": request,
+            "response": response,
+            "parent": None,
         }
         if self.settings.merge_sessions:
-            record["parent"] = self._link_session(state, event.scenario, request, response,
-                                                  event.event_id)
+            record["parent"] = self._link_session(
+                state, event.scenario, request, response, event.event_id
+            )
         state.set(key, record)
         return self._retry_parked(state, event.scenario)
 
-    def _link_session(self, state: KeyValueState, scenario: str, request: Any, response: Any,
-                      receipt: str) -> str | None:
+    def _link_session(
+        self, state: KeyValueState, scenario: str, request: Any, response: Any, receipt: str
+    ) -> str | None:
         messages = conversation.request_messages(request)
         parent = None
         for end in range(len(messages) - 1, 0, -1):
@@ -100,21 +107,44 @@ class JoinProcessor:
             if seen["hash"] == event.content_hash:
                 return []
             return self._conflict(state, event, seen)
-        state.set(f"report/{event.scenario}/{event.event_id}",
-                  {"hash": event.content_hash, "fate": "pending"})
+        state.set(
+            f"report/{event.scenario}/{event.event_id}",
+            {"hash": event.content_hash, "fate": "pending"},
+        )
         return self._decide(state, _parked_from(event), event.occurred_at)
 
-    def _conflict(self, state: KeyValueState, event: ReportSubmitted, seen: dict[str, Any]) -> list[Event]:
-        outputs: list[Event] = [_rejected(event.scenario, event.event_id, event.content_hash,
-                                          "conflict", "another report has this id", event.occurred_at)]
+    def _conflict(
+        self, state: KeyValueState, event: ReportSubmitted, seen: dict[str, Any]
+    ) -> list[Event]:
+        outputs: list[Event] = [
+            _rejected(
+                event.scenario,
+                event.event_id,
+                event.content_hash,
+                "conflict",
+                "another report has this id",
+                event.occurred_at,
+            )
+        ]
         parked = state.get(f"parked/{event.scenario}") or []
         remaining = [p for p in parked if p["id"] != event.event_id]
         if len(remaining) != len(parked):  # the original was still waiting: it conflicts too
             _store_parked(state, f"parked/{event.scenario}", remaining)
-            state.set(f"report/{event.scenario}/{event.event_id}",
-                      {"hash": seen["hash"], "fate": "rejected"})
-            outputs.insert(0, _rejected(event.scenario, event.event_id, seen["hash"], "conflict",
-                                        "another report has this id", event.occurred_at))
+            state.set(
+                f"report/{event.scenario}/{event.event_id}",
+                {"hash": seen["hash"], "fate": "rejected"},
+            )
+            outputs.insert(
+                0,
+                _rejected(
+                    event.scenario,
+                    event.event_id,
+                    seen["hash"],
+                    "conflict",
+                    "another report has this id",
+                    event.occurred_at,
+                ),
+            )
         return outputs
 
     def _decide(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> list[Event]:
@@ -144,7 +174,9 @@ class JoinProcessor:
         key = f"parked/{report['scenario']}"
         parked = list(state.get(key) or [])
         if len(parked) >= self.settings.max_parked:
-            return [self._reject(state, report, "unknown_reference", now, "too many reports waiting")]
+            return [
+                self._reject(state, report, "unknown_reference", now, "too many reports waiting")
+            ]
         report["deadline"] = _ms(now + self.settings.park_timeout)
         parked.append(report)
         state.set(key, parked)
@@ -153,7 +185,9 @@ class JoinProcessor:
     def _retry_parked(self, state: KeyValueState, scenario: str) -> list[Event]:
         key = f"parked/{scenario}"
         parked = list(state.get(key) or [])
-        ready = [p for p in parked if all(state.get(f"rec/{r}") is not None for r in p["references"])]
+        ready = [
+            p for p in parked if all(state.get(f"rec/{r}") is not None for r in p["references"])
+        ]
         if not ready:
             return []
         _store_parked(state, key, [p for p in parked if p not in ready])
@@ -169,13 +203,23 @@ class JoinProcessor:
         if not expired:
             return []
         _store_parked(state, key, [p for p in parked if p not in expired])
-        return [self._reject(state, p, "unknown_reference", now, "referenced record never arrived")
-                for p in expired]
+        return [
+            self._reject(state, p, "unknown_reference", now, "referenced record never arrived")
+            for p in expired
+        ]
 
-    def _reject(self, state: KeyValueState, report: dict[str, Any], reason: str, now: datetime,
-                detail: str | None = None) -> Event:
-        state.set(f"report/{report['scenario']}/{report['id']}",
-                  {"hash": report["hash"], "fate": "rejected"})
+    def _reject(
+        self,
+        state: KeyValueState,
+        report: dict[str, Any],
+        reason: str,
+        now: datetime,
+        detail: str | None = None,
+    ) -> Event:
+        state.set(
+            f"report/{report['scenario']}/{report['id']}",
+            {"hash": report["hash"], "fate": "rejected"},
+        )
         return _rejected(report["scenario"], report["id"], report["hash"], reason, detail, now)
 
     def _join(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> Event:
@@ -183,19 +227,32 @@ class JoinProcessor:
         records = [state.get(f"rec/{r}") for r in receipts]
         for receipt in receipts:
             state.set(f"consumed/{receipt}", report["id"])
-        state.set(f"report/{report['scenario']}/{report['id']}",
-                  {"hash": report["hash"], "fate": "accepted"})
+        state.set(
+            f"report/{report['scenario']}/{report['id']}",
+            {"hash": report["hash"], "fate": "accepted"},
+        )
         releases = list(dict.fromkeys(rec["release_id"] for rec in records))
         trajectory = [
-            {"receipt": r, "release_id": rec["release_id"], "route": rec["route"],
-             "request": rec["request"], "response": rec["response"]}
+            {
+                "receipt": r,
+                "release_id": rec["release_id"],
+                "route": rec["route"],
+                "request": rec["request"],
+                "response": rec["response"],
+            }
             for r, rec in zip(receipts, records, strict=True)
         ]
         return SampleJoined(
-            event_id=derived_id("sample", report["scenario"], report["id"], report["hash"]), scenario=report["scenario"],
-            occurred_at=now, producer=PRODUCER, report_id=report["id"], references=receipts,
-            trajectory_json=json.dumps(trajectory), score=report["score"],
-            feedback_json=report["feedback"], metadata_json=report["metadata"],
+            event_id=derived_id("sample", report["scenario"], report["id"], report["hash"]),
+            scenario=report["scenario"],
+            occurred_at=now,
+            producer=PRODUCER,
+            report_id=report["id"],
+            references=receipts,
+            trajectory_json=json.dumps(trajectory),
+            score=report["score"],
+            feedback_json=report["feedback"],
+            metadata_json=report["metadata"],
             release_ids=releases,
         )
 
@@ -224,18 +281,28 @@ def _store_parked(state: KeyValueState, key: str, parked: list[dict[str, Any]]) 
 
 def _parked_from(event: ReportSubmitted) -> dict[str, Any]:
     return {
-        "id": event.event_id, "scenario": event.scenario, "hash": event.content_hash,
-        "references": list(event.references), "score": event.score,
-        "feedback": event.feedback_json, "metadata": event.metadata_json,
+        "id": event.event_id,
+        "scenario": event.scenario,
+        "hash": event.content_hash,
+        "references": list(event.references),
+        "score": event.score,
+        "feedback": event.feedback_json,
+        "metadata": event.metadata_json,
         "at": _ms(event.occurred_at),
     }
 
 
-def _rejected(scenario: str, report_id: str, content: str, reason: str, detail: str | None,
-              now: datetime) -> ReportRejected:
+def _rejected(
+    scenario: str, report_id: str, content: str, reason: str, detail: str | None, now: datetime
+) -> ReportRejected:
     return ReportRejected(
-        event_id=derived_id("rejected", scenario, report_id, content), scenario=scenario, occurred_at=now,
-        producer=PRODUCER, report_id=report_id, reason=reason, detail=detail,
+        event_id=derived_id("rejected", scenario, report_id, content),
+        scenario=scenario,
+        occurred_at=now,
+        producer=PRODUCER,
+        report_id=report_id,
+        reason=reason,
+        detail=detail,
     )
 
 

@@ -26,9 +26,14 @@ class KeyValueState(Protocol):
 class Processor(Protocol):
     """One stream processor: its name, input topics and its pure step."""
 
-    name: str
-    inputs: tuple[str, ...]
-    output: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def output(self) -> str: ...
 
     def step(self, state: KeyValueState, event: Event) -> list[Event]: ...
 
