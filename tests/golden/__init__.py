@@ -1,0 +1,1 @@
+"""Golden payloads: one single-object-encoded event per type, written once and kept."""
