@@ -51,6 +51,12 @@ CREATE TABLE IF NOT EXISTS records (
     timestamp_ms INTEGER NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS records_position ON records (topic, partition, "offset");
+CREATE TABLE IF NOT EXISTS partition_heads (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
 CREATE TABLE IF NOT EXISTS consumer_offsets (
     grp TEXT NOT NULL,
     topic TEXT NOT NULL,
@@ -96,7 +102,10 @@ class EmbeddedLog:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reef-log-writer")
         self._conn: sqlite3.Connection | None = None
         self._topics: dict[str, int] = {}
-        self._appended = asyncio.Event()
+        #: per-topic append counters: readers sleep until their topic moved (or a poll
+        #: interval passed, for appends made by other processes)
+        self._versions: dict[str, int] = {}
+        self._moved = asyncio.Condition()
 
     @property
     def partitions(self) -> int:
@@ -154,8 +163,7 @@ class EmbeddedLog:
         def query() -> dict[int, int]:
             with self._reader() as db:
                 rows = db.execute(
-                    'SELECT partition, MAX("offset") + 1 FROM records WHERE topic = ? '
-                    "GROUP BY partition",
+                    "SELECT partition, next_offset FROM partition_heads WHERE topic = ?",
                     (topic,),
                 ).fetchall()
             ends = dict.fromkeys(range(count), 0)
@@ -177,7 +185,7 @@ class EmbeddedLog:
         positions = {p: (start or {}).get(p, 0) for p in wanted}
         stop = None if follow else await self.end_offsets(topic)
         while True:
-            self._appended.clear()
+            marker = self.append_marker([topic])
             batch = await asyncio.to_thread(self._read_chunk, topic, positions, stop)
             for record in batch:
                 positions[record.partition] = record.offset + 1
@@ -186,8 +194,7 @@ class EmbeddedLog:
                 continue
             if stop is not None:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), _POLL_SECONDS)
+            await self.wait_for_append(marker, _POLL_SECONDS)
 
     async def committed(self, group: str, topic: str) -> dict[int, int]:
         await self._partition_count(topic)  # raises UnknownTopicError, as on Kafka
@@ -234,7 +241,7 @@ class EmbeddedLog:
         for record in records:
             await self._partition_count(record.topic)
         positions = await self._guarded(lambda: self._write(list(records), work))
-        self._appended.set()
+        await self._mark_appended(records)
         return positions
 
     async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -246,11 +253,26 @@ class EmbeddedLog:
 
         return await asyncio.to_thread(run)
 
-    async def wait_for_append(self, seconds: float) -> None:
-        """Return when this process appends something, or after ``seconds`` (other writers)."""
-        self._appended.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._appended.wait(), seconds)
+    def append_marker(self, topics: Sequence[str]) -> dict[str, int]:
+        """Take before reading; :meth:`wait_for_append` then misses no append after it."""
+        return {topic: self._versions.get(topic, 0) for topic in topics}
+
+    async def wait_for_append(self, marker: Mapping[str, int], seconds: float) -> None:
+        """Return once one of the marker's topics got an append from this process since
+        the marker was taken, or after ``seconds`` (appends by other processes)."""
+
+        def moved() -> bool:
+            return any(self._versions.get(t, 0) != v for t, v in marker.items())
+
+        async with self._moved:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait_for(moved), seconds)
+
+    async def _mark_appended(self, records: Sequence[PendingAppend]) -> None:
+        async with self._moved:
+            for topic in {record.topic for record in records}:
+                self._versions[topic] = self._versions.get(topic, 0) + 1
+            self._moved.notify_all()
 
     # -- writer side -------------------------------------------------------------
 
@@ -276,7 +298,7 @@ class EmbeddedLog:
                 if not future.done():
                     future.set_result(positions[cursor : cursor + len(batch)])
                 cursor += len(batch)
-            self._appended.set()
+            await self._mark_appended(records)
 
     def _write(
         self, records: list[PendingAppend], work: Callable[[sqlite3.Connection], None] | None = None
@@ -294,12 +316,11 @@ class EmbeddedLog:
                 partition = partition_for(record.key, self._topics[record.topic])
                 slot = (record.topic, partition)
                 if slot not in next_offsets:
-                    (head,) = db.execute(
-                        'SELECT COALESCE(MAX("offset") + 1, 0) FROM records '
-                        "WHERE topic = ? AND partition = ?",
+                    head = db.execute(
+                        "SELECT next_offset FROM partition_heads WHERE topic = ? AND partition = ?",
                         slot,
                     ).fetchone()
-                    next_offsets[slot] = int(head)
+                    next_offsets[slot] = int(head[0]) if head else 0
                 offset = next_offsets[slot]
                 next_offsets[slot] = offset + 1
                 rows.append(
@@ -318,6 +339,11 @@ class EmbeddedLog:
                 'INSERT INTO records (topic, partition, "offset", key, value, headers, '
                 "timestamp_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 rows,
+            )
+            db.executemany(
+                "INSERT INTO partition_heads (topic, partition, next_offset) VALUES (?, ?, ?) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+                [(topic, partition, head) for (topic, partition), head in next_offsets.items()],
             )
             db.execute("COMMIT")
         except BaseException:

@@ -52,7 +52,8 @@ class EmbeddedRuntime:
         processor: Processor,
         *,
         batch_size: int = 1000,
-        idle_wait: float = 0.05,
+        idle_wait: float = 0.5,
+        linger: float = 0.02,
     ) -> None:
         self.log = log
         self.processor = processor
@@ -63,6 +64,8 @@ class EmbeddedRuntime:
         self.processed = 0
         self._batch_size = batch_size
         self._idle_wait = idle_wait
+        #: after a wake-up, wait this long so one transaction carries many inputs
+        self._linger = linger
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -98,8 +101,10 @@ class EmbeddedRuntime:
 
     async def _run(self) -> None:
         while True:
+            marker = self.log.append_marker(self.processor.inputs)
             if not await self._step_batch():
-                await self.log.wait_for_append(self._idle_wait)
+                await self.log.wait_for_append(marker, self._idle_wait)
+                await asyncio.sleep(self._linger)
 
     async def _step_batch(self) -> bool:
         records = await self._read_batch()

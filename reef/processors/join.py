@@ -106,6 +106,10 @@ class JoinProcessor:
         if seen is not None:
             if seen["hash"] == event.content_hash:
                 return []
+            conflict_key = f"conflict/{event.scenario}/{event.event_id}/{event.content_hash}"
+            if state.get(conflict_key) is not None:
+                return []  # this other content was rejected already (a resend or redelivery)
+            state.set(conflict_key, "rejected")
             return self._conflict(state, event, seen)
         state.set(
             f"report/{event.scenario}/{event.event_id}",
