@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.servers import (  # noqa: E402
+from tests.support.servers import (
     ManagedProcess,
     free_port,
     reef_executable,
@@ -44,7 +44,10 @@ from tests.support.servers import (  # noqa: E402
 )
 
 TOKEN = "bench-token"
-BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Return exactly: reef is ready"}]}
+BODY = {
+    "model": "gpt-4o",
+    "messages": [{"role": "user", "content": "Return exactly: reef is ready"}],
+}
 
 
 @dataclass
@@ -84,9 +87,19 @@ def _ms(text: str) -> float:
 def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Result:
     script = lua_script(target.headers, {**BODY, "stream": stream})
     out = subprocess.run(
-        ["wrk", "-t1" if connections == 1 else "-t2", f"-c{connections}", f"-d{seconds}s",
-         "--latency", "-s", str(script), target.url],
-        capture_output=True, text=True, check=True,
+        [
+            "wrk",
+            "-t1" if connections == 1 else "-t2",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            target.url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     script.unlink()
     distribution = out.split("Latency Distribution", 1)[1]
@@ -115,8 +128,12 @@ def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[Man
         "model_list:\n  - model_name: gpt-4o\n    litellm_params:\n"
         f"      model: openai/gpt-4o\n      api_base: {upstream_v1}\n      api_key: sk-bench\n"
     )
-    proc = spawn([executable, "--config", str(config), "--port", str(port), "--num_workers", "1"],
-                 env={**os.environ, "LITELLM_LOG": "ERROR"}, log_dir=workdir, name="litellm")
+    proc = spawn(
+        [executable, "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        env={**os.environ, "LITELLM_LOG": "ERROR"},
+        log_dir=workdir,
+        name="litellm",
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -129,7 +146,9 @@ def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[Man
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=int, default=8, help="wrk duration per measurement")
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--litellm", help="path of a litellm executable (optional)")
@@ -142,22 +161,51 @@ def main() -> None:
         env = {"REEF_TOKEN": TOKEN}
         reef_headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": "bench"}
         targets = [Target("direct", f"{upstream.v1_url}/chat/completions", {})]
-        embedded = start_reef(["--upstream-url", upstream.v1_url], env=env,
-                              state_dir=workdir / "embedded", name="reef-embedded")
-        targets.append(Target("reef-embedded", f"{embedded.base_url}/v1/chat/completions",
-                              reef_headers))
+        embedded = start_reef(
+            ["--upstream-url", upstream.v1_url],
+            env=env,
+            state_dir=workdir / "embedded",
+            name="reef-embedded",
+        )
+        targets.append(
+            Target("reef-embedded", f"{embedded.base_url}/v1/chat/completions", reef_headers)
+        )
         kafka = None
         if kafka_answers(args.kafka_bootstrap):
             prefix = f"bench-{uuid.uuid4().hex[:8]}."
-            subprocess.run([reef_executable(), "topics", "create", "--log", "kafka",
-                            "--kafka-bootstrap", args.kafka_bootstrap,
-                            "--kafka-topic-prefix", prefix], check=True, capture_output=True)
-            kafka = start_reef(["--upstream-url", upstream.v1_url, "--log", "kafka",
-                                "--kafka-bootstrap", args.kafka_bootstrap,
-                                "--kafka-topic-prefix", prefix],
-                               env=env, state_dir=workdir / "kafka", name="reef-kafka")
-            targets.append(Target("reef-kafka", f"{kafka.base_url}/v1/chat/completions",
-                                  reef_headers))
+            subprocess.run(
+                [
+                    reef_executable(),
+                    "topics",
+                    "create",
+                    "--log",
+                    "kafka",
+                    "--kafka-bootstrap",
+                    args.kafka_bootstrap,
+                    "--kafka-topic-prefix",
+                    prefix,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            kafka = start_reef(
+                [
+                    "--upstream-url",
+                    upstream.v1_url,
+                    "--log",
+                    "kafka",
+                    "--kafka-bootstrap",
+                    args.kafka_bootstrap,
+                    "--kafka-topic-prefix",
+                    prefix,
+                ],
+                env=env,
+                state_dir=workdir / "kafka",
+                name="reef-kafka",
+            )
+            targets.append(
+                Target("reef-kafka", f"{kafka.base_url}/v1/chat/completions", reef_headers)
+            )
         else:
             print(f"(no Kafka at {args.kafka_bootstrap}: skipping the Kafka target)")
         if args.litellm:
@@ -181,12 +229,16 @@ def main() -> None:
 
 def print_table(results: list[Result]) -> None:
     base = {(r.mode, r.connections): r for r in results if r.target == "direct"}
-    print(f"{'target':15} {'mode':9} {'conns':>5} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'added p50':>10} {'added p99':>10} {'req/s':>9}")
+    print(
+        f"{'target':15} {'mode':9} {'conns':>5} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'added p50':>10} {'added p99':>10} {'req/s':>9}"
+    )
     for r in results:
         ref = base[(r.mode, r.connections)]
-        print(f"{r.target:15} {r.mode:9} {r.connections:>5} {r.p50_ms:8.2f} {r.p99_ms:8.2f} "
-              f"{r.p50_ms - ref.p50_ms:10.2f} {r.p99_ms - ref.p99_ms:10.2f} {r.rps:9.0f}")
+        print(
+            f"{r.target:15} {r.mode:9} {r.connections:>5} {r.p50_ms:8.2f} {r.p99_ms:8.2f} "
+            f"{r.p50_ms - ref.p50_ms:10.2f} {r.p99_ms - ref.p99_ms:10.2f} {r.rps:9.0f}"
+        )
 
 
 if __name__ == "__main__":
