@@ -28,6 +28,10 @@ class Principal:
         if scope not in self.scopes:
             raise RequestError(403, "insufficient_scope", f"this token lacks the {scope!r} scope")
 
+    def require_scenario(self, scenario: str) -> None:
+        if not self.may_use(scenario):
+            raise RequestError(403, "scenario_forbidden", f"this token may not use {scenario!r}")
+
     def may_use(self, scenario: str) -> bool:
         return any(fnmatch.fnmatchcase(scenario, pattern) for pattern in self.scenarios)
 

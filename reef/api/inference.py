@@ -144,8 +144,9 @@ async def models(request: Request) -> Response:
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     ctx = context_of(request)
     started = time.perf_counter()
-    ctx.authenticate(request, "inference")
+    principal = ctx.authenticate(request, "inference")
     scenario = scenario_header(request)
+    principal.require_scenario(scenario)
     raw = await read_body(request, ctx.settings.max_body_bytes)
     body = parse_object(raw)
     if ctx.upstream.model:

@@ -126,6 +126,7 @@ async def submit_report(request: Request) -> JSONResponse:
     ctx = context_of(request)
     principal = ctx.authenticate(request, "report")
     scenario = scenario_header(request)
+    principal.require_scenario(scenario)
     report = validate_report(parse_object(await read_body(request, ctx.settings.max_body_bytes)))
     await registry.ensure(ctx, scenario)
     await request.app.state.report_desk.submit(ctx, scenario, report, principal.name)
@@ -142,8 +143,9 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
       http://127.0.0.1:8900/reef/reports/<id>
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "read")
+    principal = ctx.authenticate(request, "read")
     scenario = scenario_header(request)
+    principal.require_scenario(scenario)
     seen = ctx.projection.state.reports.get((scenario, report_id))
     if seen is None:
         raise RequestError(

@@ -42,12 +42,13 @@ async def create_scenario(request: Request) -> JSONResponse:
       http://127.0.0.1:8900/reef/scenarios
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "admin")
+    principal = ctx.authenticate(request, "admin")
     body = parse_object(await read_body(request, ctx.settings.max_body_bytes))
     name = body.get("name")
     if not isinstance(name, str):
         raise RequestError(400, "invalid_name", "name must be a string")
     name = checked_scenario(name)
+    principal.require_scenario(name)
     wanted = body.get("release_id")
     if wanted is not None and not isinstance(wanted, str):
         raise RequestError(400, "invalid_release_id", "release_id must be a string")
@@ -68,8 +69,8 @@ async def list_releases(scenario: str, request: Request) -> JSONResponse:
       http://127.0.0.1:8900/reef/scenarios/demo/releases
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "read")
-    view = registry.find(ctx, checked_scenario(scenario))
+    ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
+    view = registry.find(ctx, scenario)
     releases = [r.as_json(view.head) for r in reversed(view.releases)]
     return JSONResponse({"scenario": view.name, "releases": releases})
 
@@ -87,8 +88,8 @@ async def list_records(
       "http://127.0.0.1:8900/reef/scenarios/demo/records?after=-1&limit=50"
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "read")
-    registry.find(ctx, checked_scenario(scenario))
+    ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
+    registry.find(ctx, scenario)
     partition = partition_for(scenario.encode(), ctx.store.log.partitions)
     records: list[dict[str, Any]] = []
     next_after = after
@@ -116,8 +117,8 @@ async def get_record(scenario: str, record_id: str, request: Request) -> JSONRes
       http://127.0.0.1:8900/reef/scenarios/demo/records/<id>
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "read")
-    registry.find(ctx, checked_scenario(scenario))
+    ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
+    registry.find(ctx, scenario)
     for topic in (topics.INFERENCE, topics.REPORTS):
         async for stored in _scenario_events(request, topic, scenario, 0):
             if stored.event is not None and stored.event.event_id == record_id:
