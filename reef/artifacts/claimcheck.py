@@ -45,11 +45,10 @@ class ClaimCheck:
 
     def resolve(self, inline: str | None, ref: str | None) -> str:
         """The body, fetched and sha256-verified when it was offloaded."""
-        if (inline is None) == (ref is None):
-            raise ArtifactError("exactly one of inline text and reference must be set")
-        if inline is not None:
+        if inline is not None and ref is None:
             return inline
-        assert ref is not None
+        if inline is not None or ref is None:
+            raise ArtifactError("exactly one of inline text and reference must be set")
         oid = parse_ref(ref)
         try:
             return self._store.get_bytes(oid).decode("utf-8")

@@ -19,6 +19,7 @@ configs) is an ordinary blob.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
@@ -117,7 +118,10 @@ def _field(value: object, *names: str, default: Any = _MISSING) -> Any:
 
 
 def _metrics(value: Any) -> Mapping[str, Any]:
-    parsed = json.loads(value) if isinstance(value, str | bytes) else value
+    try:
+        parsed = json.loads(value) if isinstance(value, str | bytes) else value
+    except ValueError as exc:
+        raise ArtifactError(f"release metrics are not JSON: {exc}") from exc
     if not isinstance(parsed, Mapping):
         raise ArtifactError("release metrics must be a JSON object")
     return parsed
@@ -127,7 +131,10 @@ def _timestamp(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, str):
-        return _timestamp(datetime.fromisoformat(value))
+        try:
+            return _timestamp(datetime.fromisoformat(value))
+        except ValueError as exc:
+            raise ArtifactError(f"release created_at is not ISO 8601: {value!r}") from exc
     if isinstance(value, int | float) and not isinstance(value, bool):
         return datetime.fromtimestamp(value / 1000, UTC)
     raise ArtifactError(f"release created_at is not a time: {value!r}")
@@ -171,28 +178,29 @@ def chain_order(releases: Sequence[GitRelease]) -> list[GitRelease]:
     """Parents before children, otherwise in the given order; ArtifactError if broken."""
     if not releases:
         raise ArtifactError("no releases to export")
-    for release in releases:
+    index = {r.release_id: i for i, r in enumerate(releases)}
+    if len(index) != len(releases):
+        raise ArtifactError("release ids repeat")
+    children: dict[str, list[int]] = {}
+    ready: list[int] = []
+    for i, release in enumerate(releases):
         if not _REF_SAFE.fullmatch(release.release_id):
             raise ArtifactError(f"release id {release.release_id!r} cannot name a Git tag")
-    by_id = {r.release_id: r for r in releases}
-    if len(by_id) != len(releases):
-        raise ArtifactError("release ids repeat")
-    for release in releases:
-        if release.parent_release_id is not None and release.parent_release_id not in by_id:
-            raise ArtifactError(f"{release.release_id}: parent {release.parent_release_id} missing")
+        parent = release.parent_release_id
+        if parent is None:
+            ready.append(i)
+        elif parent in index:
+            children.setdefault(parent, []).append(i)
+        else:
+            raise ArtifactError(f"{release.release_id}: parent {parent} is not exported")
     ordered: list[GitRelease] = []
-    placed: set[str] = set()
-    while len(ordered) < len(releases):
-        ready = [
-            r
-            for r in releases
-            if r.release_id not in placed
-            and (r.parent_release_id is None or r.parent_release_id in placed)
-        ]
-        if not ready:
-            raise ArtifactError("the releases' parent links form a cycle")
-        ordered.extend(ready)
-        placed.update(r.release_id for r in ready)
+    while ready:
+        release = releases[heapq.heappop(ready)]
+        ordered.append(release)
+        for child in children.get(release.release_id, ()):
+            heapq.heappush(ready, child)
+    if len(ordered) != len(releases):
+        raise ArtifactError("the releases' parent links form a cycle")
     return ordered
 
 

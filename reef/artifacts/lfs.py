@@ -110,9 +110,9 @@ def _object_response(
     oid = item.get("oid") if isinstance(item, Mapping) else None
     size = item.get("size") if isinstance(item, Mapping) else None
     echo: dict[str, Any] = {"oid": str(oid), "size": size if isinstance(size, int) else 0}
-    if not is_valid_oid(oid) or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+    valid_size = isinstance(size, int) and not isinstance(size, bool) and size >= 0
+    if not is_valid_oid(oid) or not valid_size:
         return {**echo, "error": {"code": 422, "message": "invalid oid or size"}}
-    assert isinstance(oid, str)
     try:
         stored = store.size(oid)
     except ArtifactNotFoundError:

@@ -99,7 +99,11 @@ class LocalArtifactStore:
             raise ArtifactNotFoundError(oid) from exc
         except OSError as exc:
             raise ArtifactError(f"cannot open artifact {oid}: {exc}") from exc
-        size = os.fstat(file.fileno()).st_size
+        try:
+            size = os.fstat(file.fileno()).st_size
+        except OSError as exc:
+            file.close()
+            raise ArtifactError(f"cannot stat artifact {oid}: {exc}") from exc
         return VerifiedReader(_FileSource(file, oid), oid, size)
 
     def get_to_file(self, oid: str, dest: Path) -> ObjectRef:
@@ -143,7 +147,7 @@ class LocalArtifactStore:
 
     def _copy_in(self, source: Path, expected: ObjectRef, progress: Progress | None) -> None:
         def copy(out: BinaryIO) -> None:
-            copied = hash_copy(source, out, progress)
+            copied = _hash_copy(source, out, progress)
             if copied != expected:
                 raise ArtifactError(f"{source} changed while it was being stored")
 
@@ -177,7 +181,7 @@ class LocalArtifactStore:
         fsync_dir(target.parent)
 
 
-def hash_copy(source: Path, out: BinaryIO, progress: Progress | None) -> ObjectRef:
+def _hash_copy(source: Path, out: BinaryIO, progress: Progress | None) -> ObjectRef:
     """Copy ``source`` into ``out`` in chunks; the copied bytes' sha256 and size."""
     digest = hashlib.sha256()
     size = 0

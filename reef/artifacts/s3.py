@@ -189,8 +189,14 @@ class S3ArtifactStore:
         key = self._key(oid)
         with _translated(f"cannot read artifact {oid}", oid):
             response = self._client.get_object(self.bucket, key)
-        size = int(response.headers.get("Content-Length", "-1"))
-        return VerifiedReader(_ResponseSource(response, oid), oid, size)
+        length = response.headers.get("Content-Length")
+        source = _ResponseSource(response, oid)
+        try:
+            size = int(length) if length is not None else self.size(oid)
+        except BaseException:
+            source.close()
+            raise
+        return VerifiedReader(source, oid, size)
 
     def get_to_file(self, oid: str, dest: Path) -> ObjectRef:
         reader = self.open(oid)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeGuard
 
 from reef.artifacts.errors import ArtifactCorruptError, ArtifactError
 
@@ -89,7 +89,7 @@ class ArtifactStore(Protocol):
         ...
 
 
-def is_valid_oid(oid: object) -> bool:
+def is_valid_oid(oid: object) -> TypeGuard[str]:
     return isinstance(oid, str) and OID_PATTERN.fullmatch(oid) is not None
 
 
@@ -169,21 +169,22 @@ def copy_to_file(reader: VerifiedReader, dest: Path) -> ObjectRef:
 
     On any failure the temp file is removed and ``dest`` is left as it was.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with reader, os.fdopen(fd, "wb") as out:
-            while chunk := reader.read(CHUNK_SIZE):
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    with reader:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                while chunk := reader.read(CHUNK_SIZE):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
     return ObjectRef(reader.oid, reader.size)
 
 
