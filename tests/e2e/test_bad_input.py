@@ -1,0 +1,471 @@
+"""Bad input gets a clear error in the route's shape, and writes nothing to the log.
+
+"Nothing written" compares the end offsets of every topic before and after. Cases that
+could create a scenario use a fresh name, so an implicit creation would show up too;
+upstream failures use a scenario created beforehand (its creation is not the point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import (
+    ReefFactory,
+    ReefServer,
+    assert_openai_error,
+    assert_reef_error,
+    chat_body,
+    error_shape_for,
+    launch,
+    marker,
+    messages_body,
+    unique_scenario,
+)
+from tests.support.servers import UpstreamProcess, dead_url, free_port, run_reef
+
+MAX_BODY = 4096
+READ_TIMEOUT_S = 1.5
+INFERENCE_ROUTES = ["/v1/chat/completions", "/v1/messages", "/v1/responses"]
+
+
+@pytest.fixture(scope="module")
+def scoped() -> dict[str, str]:
+    """One token per single scope."""
+    return {scope: f"{scope}-{secrets.token_hex(6)}" for scope in ("inference", "report", "read")}
+
+
+@pytest.fixture(scope="module")
+def reef_options(scoped: dict[str, str]) -> dict[str, Any]:
+    return {
+        "tokens": ",".join(f"{token}:{scope}" for scope, token in scoped.items()),
+        "args": ["--max-body-bytes", str(MAX_BODY)],
+        "env": {"REEF_UPSTREAM_READ_TIMEOUT_S": str(READ_TIMEOUT_S)},
+    }
+
+
+def valid_body(path: str) -> dict[str, Any]:
+    if path.startswith("/v1/messages"):
+        return messages_body("hello")
+    if path == "/v1/responses":
+        return {"model": "gpt-4o", "input": "hello"}
+    if path == "/reef/report":
+        return {"score": 1.0, "feedback": "fine", "references": []}
+    return chat_body("hello")
+
+
+def post_raw(
+    server: ReefServer,
+    path: str,
+    content: bytes,
+    *,
+    scenario: str | None = None,
+    token: str | None = None,
+    headers: dict[str, Any] | None = None,
+) -> httpx.Response:
+    with httpx.Client(base_url=server.base_url, timeout=30.0) as client:
+        return client.post(
+            path,
+            content=content,
+            headers={
+                **server.headers(scenario, token),
+                "content-type": "application/json",
+                **(headers or {}),
+            },
+        )
+
+
+# ---------------------------------------------------------------------------
+# Malformed requests
+
+
+@pytest.mark.parametrize(
+    "path", [*INFERENCE_ROUTES, "/v1/messages/count_tokens", "/reef/report", "/reef/scenarios"]
+)
+def test_malformed_json_is_400(reef_server: ReefServer, path: str) -> None:
+    before = reef_server.end_offsets()
+    response = post_raw(
+        reef_server, path, b'{"model": "gpt-4o", "messages": [', scenario=unique_scenario("bad")
+    )
+    error_shape_for(path)(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+def test_report_that_is_not_an_object_is_400(reef_server: ReefServer) -> None:
+    before = reef_server.end_offsets()
+    response = post_raw(reef_server, "/reef/report", b"[1, 2]", scenario=unique_scenario("bad"))
+    assert_reef_error(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+@pytest.mark.parametrize("path", [*INFERENCE_ROUTES, "/reef/report"])
+def test_missing_scenario_header_is_400(reef_server: ReefServer, path: str) -> None:
+    before = reef_server.end_offsets()
+    with httpx.Client(base_url=reef_server.base_url, timeout=30.0) as client:
+        response = client.post(path, json=valid_body(path), headers=reef_server.headers())
+    error_shape_for(path)(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+INVALID_NAMES = [
+    pytest.param("", id="empty"),
+    pytest.param("-leading-dash", id="leading-dash"),
+    pytest.param(".hidden", id="leading-dot"),
+    pytest.param("has space", id="space"),
+    pytest.param("a/b", id="slash"),
+    pytest.param("semi;colon", id="semicolon"),
+    pytest.param("x" * 129, id="too-long"),
+    pytest.param("\u00fcber".encode(), id="non-ascii"),
+]
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES)
+def test_invalid_scenario_header_is_400(reef_server: ReefServer, name: str | bytes) -> None:
+    before = reef_server.end_offsets()
+    with httpx.Client(base_url=reef_server.base_url, timeout=30.0) as client:
+        response = client.post(
+            "/v1/chat/completions",
+            json=chat_body("hello"),
+            headers={**reef_server.headers(), "x-reef-scenario": name},
+        )
+    assert_openai_error(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/reef/report"])
+def test_invalid_scenario_header_shape_per_route(reef_server: ReefServer, path: str) -> None:
+    before = reef_server.end_offsets()
+    with httpx.Client(base_url=reef_server.base_url, timeout=30.0) as client:
+        response = client.post(
+            path,
+            json=valid_body(path),
+            headers={**reef_server.headers(), "x-reef-scenario": "bad name!"},
+        )
+    error_shape_for(path)(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/nope"), ("POST", "/nope"), ("GET", "/reef/nope"), ("POST", "/reef/nope/deeper")],
+)
+def test_unknown_route_is_404_in_reef_shape(
+    reef_server: ReefServer, method: str, path: str
+) -> None:
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("bad")) as client:
+        response = client.request(method, path, json={"x": 1} if method == "POST" else None)
+    assert_reef_error(response, 404)
+    reef_server.assert_nothing_written(before)
+
+
+# ---------------------------------------------------------------------------
+# Oversized bodies
+
+
+def oversized(path: str) -> dict[str, Any]:
+    body = valid_body(path)
+    padding = "x" * (MAX_BODY * 2)
+    if path == "/reef/report":
+        return {**body, "feedback": padding}
+    if path == "/v1/responses":
+        return {**body, "input": padding}
+    return {**body, "messages": [{"role": "user", "content": padding}]}
+
+
+@pytest.mark.parametrize("path", [*INFERENCE_ROUTES, "/reef/report"])
+def test_oversized_body_is_413(reef_server: ReefServer, path: str) -> None:
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("big")) as client:
+        response = client.post(path, json=oversized(path))
+    error_shape_for(path)(response, 413)
+    reef_server.assert_nothing_written(before)
+
+
+def test_oversized_chunked_body_without_length_is_413(reef_server: ReefServer) -> None:
+    import orjson
+
+    payload = orjson.dumps(oversized("/v1/chat/completions"))
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(payload), 1024):
+            yield payload[start : start + 1024]
+
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("big")) as client:
+        response = client.post(
+            "/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"}
+        )
+    assert_openai_error(response, 413)
+    reef_server.assert_nothing_written(before)
+
+
+# ---------------------------------------------------------------------------
+# Reports with bad fields
+
+
+BAD_SCORES = [
+    pytest.param(b"NaN", id="nan"),
+    pytest.param(b"Infinity", id="inf"),
+    pytest.param(b"-Infinity", id="-inf"),
+    pytest.param(b"1e999", id="overflow"),
+    pytest.param(b"true", id="true"),
+    pytest.param(b"false", id="false"),
+    pytest.param(b'"1.0"', id="string"),
+    pytest.param(b"[1.0]", id="list"),
+]
+
+
+@pytest.mark.parametrize("score", BAD_SCORES)
+def test_non_finite_or_boolean_score_is_400(reef_server: ReefServer, score: bytes) -> None:
+    before = reef_server.end_offsets()
+    content = b'{"score": ' + score + b', "feedback": "x", "references": []}'
+    response = post_raw(reef_server, "/reef/report", content, scenario=unique_scenario("score"))
+    assert_reef_error(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+BAD_REFERENCES = [
+    pytest.param([1], id="int"),
+    pytest.param([None], id="null"),
+    pytest.param([True], id="bool"),
+    pytest.param([{"id": "abc"}], id="object"),
+    pytest.param([["abc"]], id="nested-list"),
+    pytest.param("abc", id="string-not-list"),
+    pytest.param({"abc": "def"}, id="object-not-list"),
+]
+
+
+@pytest.mark.parametrize("references", BAD_REFERENCES)
+def test_references_that_are_not_strings_are_400(reef_server: ReefServer, references: Any) -> None:
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("refs")) as client:
+        response = client.post(
+            "/reef/report", json={"score": 1.0, "feedback": "x", "references": references}
+        )
+    assert_reef_error(response, 400)
+    reef_server.assert_nothing_written(before)
+
+
+# ---------------------------------------------------------------------------
+# Tokens
+
+
+@pytest.mark.parametrize("path", [*INFERENCE_ROUTES, "/reef/report"])
+def test_wrong_token_is_401(reef_server: ReefServer, path: str) -> None:
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("tok"), token="wrong-token") as client:
+        response = client.post(path, json=valid_body(path))
+    error_shape_for(path)(response, 401)
+    reef_server.assert_nothing_written(before)
+
+
+@pytest.mark.parametrize(
+    ("scope", "path"),
+    [
+        ("read", "/v1/chat/completions"),
+        ("report", "/v1/chat/completions"),
+        ("read", "/v1/messages"),
+        ("read", "/v1/responses"),
+        ("inference", "/reef/report"),
+        ("read", "/reef/report"),
+    ],
+)
+def test_token_without_the_scope_is_403(
+    reef_server: ReefServer, scoped: dict[str, str], scope: str, path: str
+) -> None:
+    before = reef_server.end_offsets()
+    with reef_server.client(unique_scenario("scope"), token=scoped[scope]) as client:
+        response = client.post(path, json=valid_body(path))
+    error_shape_for(path)(response, 403)
+    reef_server.assert_nothing_written(before)
+
+
+# ---------------------------------------------------------------------------
+# Upstream trouble
+
+
+def created_scenario(server: ReefServer) -> str:
+    scenario = unique_scenario("up")
+    with server.client() as client:
+        response = client.post("/reef/scenarios", json={"name": scenario})
+    assert response.status_code == 201, response.text
+    return scenario
+
+
+@pytest.fixture(scope="module")
+def dead_upstream_server(reef_factory: ReefFactory) -> ReefServer:
+    return reef_factory(upstream_url=dead_url())
+
+
+@pytest.mark.parametrize(
+    ("path", "stream"),
+    [("/v1/chat/completions", False), ("/v1/chat/completions", True), ("/v1/responses", False)],
+)
+def test_upstream_down_is_502(dead_upstream_server: ReefServer, path: str, stream: bool) -> None:
+    server = dead_upstream_server
+    scenario = created_scenario(server)
+    before = server.end_offsets()
+    body = {**valid_body(path), **({"stream": True} if stream else {})}
+    with server.client(scenario) as client:
+        response = client.post(path, json=body)
+    assert_openai_error(response, 502)
+    assert "x-reef-agent-record-id" not in response.headers
+    server.assert_nothing_written(before)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "stream"])
+def test_upstream_timeout_is_504(reef_server: ReefServer, stream: bool) -> None:
+    scenario = created_scenario(reef_server)
+    before = reef_server.end_offsets()
+    slow = f"{marker()} __sleep_{READ_TIMEOUT_S * 3}__"
+    with reef_server.client(scenario) as client:
+        response = client.post("/v1/chat/completions", json=chat_body(slow, stream=stream))
+    assert_openai_error(response, 504)
+    assert "x-reef-agent-record-id" not in response.headers
+    reef_server.assert_nothing_written(before)
+
+
+# ---------------------------------------------------------------------------
+# Log down: Reef never serves an exchange it cannot record
+
+
+def fill_disk(path: Path) -> None:
+    """Write until the file system is full, down to the last free byte."""
+    with path.open("wb", buffering=0) as out:
+        for size in (1 << 16, 1 << 12, 1):
+            block = b"\0" * size
+            try:
+                while True:
+                    out.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_log_down_is_503_embedded(upstream: UpstreamProcess, tmp_path: Path) -> None:
+    """A full disk makes the embedded log refuse writes; Reef answers 503 and recovers."""
+    with tiny_tmpfs(tmp_path / "tiny") as disk:
+        server = launch("embedded", upstream=upstream, state_dir=disk / "state")
+        try:
+            check_log_down(
+                server,
+                take_down=lambda: fill_disk(disk / "filler"),
+                bring_back=lambda: (disk / "filler").unlink(),
+            )
+        finally:
+            server.stop()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_log_down_is_503_kafka(
+    upstream: UpstreamProcess, tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """A Kafka broker of its own, killed under a running Reef; Reef answers 503."""
+    from reef.stack import kafka as stack_kafka
+    from reef.stack import process as stack_process
+    from reef.stack.paths import load_settings
+
+    settings = load_settings()
+    node = stack_kafka.KafkaNode(
+        shape="single",
+        node_id=1,
+        broker_port=free_port(),
+        controller_port=free_port(),
+        heap_mb=256,
+        root=tmp_path / "kafka" / "node-1",
+        install=stack_kafka.install_for(settings),
+    )
+    shape = stack_kafka.KafkaShape(name="single", nodes=(node,), root=tmp_path / "kafka")
+    try:
+        stack_kafka.start_node(settings, shape, node)
+        wait_for_broker(node.bootstrap, lambda: node.is_running(), timeout=180.0)
+        created = run_reef(
+            "topics", "create", "--log", "kafka", "--kafka-bootstrap", node.bootstrap
+        )
+        assert created.returncode == 0, created.stderr
+        server = launch(
+            "kafka", upstream=upstream, state_dir=tmp_path / "state", kafka_bootstrap=node.bootstrap
+        )
+        try:
+            check_log_down(
+                server, take_down=lambda: stack_process.kill(node.service), bring_back=None
+            )
+        finally:
+            server.stop()
+    finally:
+        stack_process.kill(node.service)
+        shutil.rmtree(shape.root, ignore_errors=True)
+
+
+def wait_for_broker(bootstrap: str, alive: Callable[[], bool], timeout: float) -> None:
+    from reef.stack.kafka import broker_ids
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        assert alive(), "the test's own Kafka broker exited during start-up"
+        try:
+            if broker_ids(bootstrap):
+                return
+        except Exception as exc:  # not up yet: keep the last reason for the failure message
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"the test's own Kafka broker at {bootstrap} did not start: {last!r}")
+
+
+def check_log_down(server: ReefServer, *, take_down: Any, bring_back: Any) -> None:
+    scenario = unique_scenario("down")
+    word = marker()
+    # generous: an append is acknowledged or refused within the log's own timeouts
+    with server.client(scenario, timeout=60.0) as client:
+        first = client.post("/v1/chat/completions", json=chat_body("before"))
+        assert first.status_code == 200, first.text
+        take_down()
+        try:
+            down = client.post("/v1/chat/completions", json=chat_body(f"{word} while down"))
+        except httpx.TimeoutException:
+            pytest.fail(f"no answer within 60 s while the {server.kind} log was down (want 503)")
+        assert_openai_error(down, 503)
+        assert "x-reef-agent-record-id" not in down.headers
+        report = client.post("/reef/report", json=valid_body("/reef/report"))
+        assert_reef_error(report, 503)
+        if bring_back is None:
+            return
+        bring_back()
+        again = client.post("/v1/chat/completions", json=chat_body("after"))
+        assert again.status_code == 200, again.text
+    events = server.inference(scenario)
+    assert [e.event_id for e in events] == [
+        first.headers["x-reef-agent-record-id"],
+        again.headers["x-reef-agent-record-id"],
+    ]
+    assert not any(word in (e.request_json or "") for e in events)
