@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -107,6 +107,9 @@ class ApiState:
         self.reports: dict[tuple[str, str], ReportView] = {}
         self.fates: dict[tuple[str, str], Fate] = {}
         self._early: dict[str, list[ReleaseCommitted]] = {}
+        #: the chain's decision on each proposal: ("committed", release id) or
+        #: ("rejected", reason)
+        self.decisions: dict[str, tuple[str, str]] = {}
 
     def digest(self) -> str:
         """A hash of everything projected, equal on every replica and after replay."""
@@ -141,7 +144,7 @@ class ApiState:
         elif isinstance(event, ReportRejected):
             self.fates.setdefault((event.scenario, event.report_id), Fate("rejected", event.reason))
         elif isinstance(event, ReleaseRejected):
-            pass
+            self.decisions.setdefault(event.proposal_id, ("rejected", event.reason))
 
     def _created(self, event: ScenarioCreated) -> None:
         if event.scenario in self.scenarios:
@@ -160,6 +163,7 @@ class ApiState:
             self._committed(early)
 
     def _committed(self, event: ReleaseCommitted) -> None:
+        self.decisions.setdefault(event.proposal_id, ("committed", event.release_id))
         view = self.scenarios.get(event.scenario)
         if view is None:  # topics are followed independently: the creation may lag
             self._early.setdefault(event.scenario, []).append(event)
@@ -222,6 +226,15 @@ class ProjectionFollower:
         slot = (position.topic, position.partition)
         async with asyncio.timeout(WAIT_SECONDS), self._changed:
             await self._changed.wait_for(lambda: self._next.get(slot, 0) > position.offset)
+
+    async def wait_until(self, predicate: Callable[[ApiState], bool], seconds: float) -> bool:
+        """Wait until the projected state satisfies ``predicate``; False on timeout."""
+        try:
+            async with asyncio.timeout(seconds), self._changed:
+                await self._changed.wait_for(lambda: predicate(self.state))
+        except TimeoutError:
+            return False
+        return True
 
     async def wait_for_all(self, positions: Iterable[Position]) -> None:
         for position in positions:

@@ -45,7 +45,7 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
     except ConfigError as exc:
         click.echo(f"reef serve: {exc}", err=True)
         sys.exit(2)
-    if settings.insecure and (settings.token is None and not settings.tokens):
+    if settings.insecure and settings.token is None and not settings.tokens.get_secret_value():
         click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
     click.echo(
         f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",

@@ -32,6 +32,9 @@ class Settings(BaseModel):
     state_dir: Path = Field(Path(".reef"), description="Where embedded state lives.")
     log: Literal["embedded", "kafka"] = Field("embedded", description="Event log backend.")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_append_timeout_s: float = Field(
+        10.0, gt=0, description="Longest wait for Kafka to acknowledge an append (then 503)."
+    )
     kafka_topic_prefix: str = Field("", description="Prefix of every topic and group on Kafka.")
     partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
     producer_id: str = Field("", description="Instance id written on events (default: host-pid).")
@@ -39,8 +42,8 @@ class Settings(BaseModel):
     host: str = Field("127.0.0.1", description="Address the API binds to.")
     port: int = Field(8900, ge=0, le=65535, description="Port the API binds to.")
     token: SecretStr | None = Field(None, description="Bearer token with every scope.")
-    tokens: str = Field(
-        "",
+    tokens: SecretStr = Field(
+        SecretStr(""),
         description="More tokens: 'tok:scope+scope[@scenario-glob],...' (scopes: inference, "
         "report, read, admin).",
     )
@@ -56,6 +59,18 @@ class Settings(BaseModel):
     merge_sessions: bool = Field(
         False, description="Join multi-turn exchanges into one trajectory."
     )
+
+    artifacts: Literal["local", "s3"] = Field("local", description="Artifact store backend.")
+    s3_endpoint: str = Field("http://127.0.0.1:9000", description="S3 endpoint URL.")
+    s3_access_key: SecretStr | None = Field(None, description="S3 access key.")
+    s3_secret_key: SecretStr | None = Field(None, description="S3 secret key.")
+    s3_bucket: str = Field("reef", description="S3 bucket holding artifacts.")
+    s3_region: str = Field("us-east-1", description="S3 region.")
+    s3_prefix: str = Field("", description="Key prefix inside the bucket.")
+    claim_check_bytes: int = Field(
+        256 * 1024, ge=1024, description="Bodies larger than this go to the artifact store."
+    )
+    seed_dir: Path | None = Field(None, description="Folder new scenarios start from.")
 
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")

@@ -101,7 +101,7 @@ def _as_scope(name: str) -> Scope:
 
 def registry_from(settings: Settings) -> TokenRegistry | None:
     """The token registry, or None when running ``--insecure`` with no token at all."""
-    grants = parse_token_spec(settings.tokens)
+    grants = parse_token_spec(settings.tokens.get_secret_value())
     if settings.token is not None and settings.token.get_secret_value():
         grants.append((settings.token.get_secret_value(), ALL_SCOPES, ("*",)))
     if not grants:

@@ -79,31 +79,41 @@ async def list_releases(scenario: str, request: Request) -> JSONResponse:
 async def list_records(
     scenario: str,
     request: Request,
-    after: int = Query(-1, ge=-1),
+    after: str = Query("-1.-1", pattern=r"^-?\d{1,18}(\.-?\d{1,18})?$"),
     limit: int = Query(50, ge=1, le=500),
 ) -> JSONResponse:
-    """Recorded exchanges after a log offset (``next_after`` pages on).
+    """Exchanges and reports in time order; ``next_after`` is the cursor of the next page.
+
+    The cursor is ``<inference offset>.<report offset>``: the last offset already seen in
+    the scenario's partition of ``reef.inference`` and of ``reef.reports`` (a plain
+    ``<n>`` means ``<n>.-1``).
 
     curl -H "Authorization: Bearer $REEF_TOKEN" \\
-      "http://127.0.0.1:8900/reef/scenarios/demo/records?after=-1&limit=50"
+      "http://127.0.0.1:8900/reef/scenarios/demo/records?after=-1.-1&limit=50"
     """
     ctx = context_of(request)
     ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
     registry.find(ctx, scenario)
-    partition = partition_for(scenario.encode(), ctx.store.log.partitions)
-    records: list[dict[str, Any]] = []
-    next_after = after
-    async for stored in _scenario_events(request, topics.INFERENCE, scenario, after + 1):
-        records.append(record_json(stored))
-        next_after = stored.record.offset
-        if len(records) >= limit:
-            break
+    seen_inference, _, seen_reports = after.partition(".")
+    cursor = {topics.INFERENCE: int(seen_inference), topics.REPORTS: int(seen_reports or -1)}
+    found: list[StoredEvent] = []
+    for topic, last in cursor.items():  # the first `limit` of the merge come from these
+        taken = 0
+        async for stored in _scenario_events(request, topic, scenario, last + 1):
+            found.append(stored)
+            taken += 1
+            if taken >= limit:
+                break
+    found.sort(key=lambda e: (e.record.timestamp_ms, e.record.topic, e.record.offset))
+    page = found[:limit]
+    for stored in page:
+        cursor[stored.record.topic] = stored.record.offset
     return JSONResponse(
         {
             "scenario": scenario,
-            "partition": partition,
-            "records": records,
-            "next_after": next_after,
+            "partition": partition_for(scenario.encode(), ctx.store.log.partitions),
+            "records": [record_json(stored) for stored in page],
+            "next_after": f"{cursor[topics.INFERENCE]}.{cursor[topics.REPORTS]}",
         },
         headers=NO_STORE,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -84,11 +85,21 @@ class Upstream:
         try:
             return await self._client.send(request, stream=stream)
         except httpx.TimeoutException as exc:
+            if _refused(exc):
+                raise RequestError(502, "upstream_unavailable", f"upstream unreachable: {exc!r}") from exc
             raise RequestError(504, "upstream_timeout", f"upstream timed out: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise RequestError(
                 502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
             ) from exc
+
+
+def _refused(exc: httpx.TimeoutException) -> bool:
+    """httpx-aiohttp reports a refused connection as ConnectTimeout; tell them apart."""
+    cause = exc.__cause__
+    return isinstance(cause, aiohttp.ClientConnectorError) and not isinstance(
+        cause, aiohttp.ServerTimeoutError
+    )
 
 
 def relayed_status(upstream_status: int) -> int:

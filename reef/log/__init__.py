@@ -21,6 +21,7 @@ def open_log(settings: Settings, *, client_id: str = "reef") -> EventLog:
             partitions=settings.partitions,
             client_id=client_id,
             topic_prefix=settings.kafka_topic_prefix,
+            append_timeout_s=settings.kafka_append_timeout_s,
         )
     from reef.log.embedded import EmbeddedLog
 

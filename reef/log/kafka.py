@@ -37,6 +37,7 @@ class KafkaLog:
         linger_ms: int = 0,
         request_timeout_ms: int = 15000,
         topic_prefix: str = "",
+        append_timeout_s: float = 10.0,
     ) -> None:
         self.bootstrap = bootstrap
         self._partitions = partitions
@@ -48,6 +49,9 @@ class KafkaLog:
         #: namespaces every topic on the cluster (tests, several deployments on one cluster);
         #: callers always see the unprefixed names
         self.topic_prefix = topic_prefix
+        #: aiokafka retries a dead broker for ever; past this an append is refused
+        #: (the record may still land later: durable but never acknowledged)
+        self._append_timeout_s = append_timeout_s
 
     @property
     def partitions(self) -> int:
@@ -107,11 +111,18 @@ class KafkaLog:
     async def append_many(self, records: Sequence[PendingAppend]) -> list[Position]:
         producer = self._require_producer()
         try:
-            futures = [
-                await producer.send(self._t(r.topic), r.value, key=r.key, headers=list(r.headers))
-                for r in records
-            ]
-            metadata = await asyncio.gather(*futures)
+            async with asyncio.timeout(self._append_timeout_s):
+                futures = [
+                    await producer.send(
+                        self._t(r.topic), r.value, key=r.key, headers=list(r.headers)
+                    )
+                    for r in records
+                ]
+                metadata = await asyncio.gather(*futures)
+        except TimeoutError as exc:
+            raise LogUnavailableError(
+                f"Kafka did not acknowledge the write within {self._append_timeout_s:g}s"
+            ) from exc
         except KafkaError as exc:
             raise _translate(exc) from exc
         return [Position(self._untag(m.topic), m.partition, m.offset) for m in metadata]

@@ -142,16 +142,50 @@ class EmbeddedRuntime:
     async def _read_batch(self) -> list[LogRecord]:
         records: list[LogRecord] = []
         budget = max(1, self._batch_size // len(self.processor.inputs))
+        order = {topic: i for i, topic in enumerate(self.processor.inputs)}
+
+        def key(r: LogRecord) -> tuple[int, int, int]:
+            return (r.timestamp_ms, order[r.topic], r.offset)
+
+        # One snapshot of every input topic's end: topics read one after the other while
+        # appends go on would otherwise see different moments of the log (a report read
+        # without the exchange appended with it), and the interleaving would not be replay's.
+        ends = await self.log.query(self._input_ends)
+        # Per partition, the last sort key safe to process: where a topic was read only
+        # partly, its unread records may sort before records read from another topic.
+        horizon: dict[int, tuple[int, int, int]] = {}
         for topic in self.processor.inputs:
             taken = 0
+            last: dict[int, LogRecord] = {}
             async for record in self.log.read(topic, start=self.positions[topic]):
+                if record.offset >= ends[topic].get(record.partition, 0):
+                    continue  # appended after the snapshot: the next batch takes it
                 records.append(record)
+                last[record.partition] = record
                 taken += 1
                 if taken >= budget:
                     break
-        order = {topic: i for i, topic in enumerate(self.processor.inputs)}
-        records.sort(key=lambda r: (r.partition, r.timestamp_ms, order[r.topic], r.offset))
+            if taken < budget:
+                continue
+            for partition, end in ends[topic].items():
+                seen = last.get(partition)
+                read_to = seen.offset + 1 if seen else self.positions[topic].get(partition, 0)
+                if read_to < end:
+                    bound = key(seen) if seen else (-1, -1, -1)
+                    horizon[partition] = min(horizon.get(partition, bound), bound)
+        records = [r for r in records if key(r) <= horizon.get(r.partition, key(r))]
+        records.sort(key=lambda r: (r.partition, *key(r)))
         return _contiguous(records, self.positions)
+
+    def _input_ends(self, db: sqlite3.Connection) -> dict[str, dict[int, int]]:
+        """Next offset per partition of every input topic, from one statement (one snapshot)."""
+        ends: dict[str, dict[int, int]] = {topic: {} for topic in self.processor.inputs}
+        for topic, partition, offset in db.execute(
+            "SELECT topic, partition, next_offset FROM partition_heads"
+        ):
+            if topic in ends:
+                ends[topic][int(partition)] = int(offset)
+        return ends
 
     def _persist(
         self,

@@ -1,0 +1,84 @@
+"""Release content: manifests stored by content id, and the store built from settings.
+
+A manifest's canonical JSON is itself stored in the artifact store, so its sha256, the
+object id, IS the release's ``content_id``: any release can be materialised from the
+store alone, for ever (weights included: this is what makes every release restorable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reef.artifacts import (
+    ArtifactError,
+    ArtifactStore,
+    LocalArtifactStore,
+    Manifest,
+    missing_objects,
+    publish_dir,
+    publish_files,
+)
+from reef.artifacts.s3 import S3ArtifactStore
+from reef.ids import EMPTY_CONTENT_ID
+from reef.settings import Settings
+
+
+def open_store(settings: Settings) -> ArtifactStore:
+    """The artifact store the settings name."""
+    if settings.artifacts == "s3":
+        if settings.s3_access_key is None or settings.s3_secret_key is None:
+            from reef.errors import ConfigError
+
+            raise ConfigError("artifacts: s3 needs REEF_S3_ACCESS_KEY and REEF_S3_SECRET_KEY")
+        return S3ArtifactStore(
+            settings.s3_endpoint,
+            access_key=settings.s3_access_key.get_secret_value(),
+            secret_key=settings.s3_secret_key.get_secret_value(),
+            bucket=settings.s3_bucket,
+            region=settings.s3_region,
+            prefix=settings.s3_prefix,
+        )
+    return LocalArtifactStore.in_state_dir(settings.state_dir)
+
+
+class IncompleteContentError(ArtifactError):
+    """A manifest names objects the store does not hold; it must not be proposed."""
+
+
+class ContentStore:
+    """Manifests by content id over an artifact store."""
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+
+    def save(self, manifest: Manifest) -> str:
+        """Store the manifest (after checking every object it names is present)."""
+        missing = missing_objects(self.store, manifest)
+        if missing:
+            raise IncompleteContentError(f"manifest names {len(missing)} missing object(s): "
+                                         f"{', '.join(missing[:3])}")
+        ref = self.store.put_bytes(manifest.to_json().encode())
+        if ref.oid != manifest.content_id:
+            raise ArtifactError("manifest encoding is not canonical")
+        return manifest.content_id
+
+    def load(self, content_id: str) -> Manifest:
+        if content_id == EMPTY_CONTENT_ID:
+            return Manifest()
+        return Manifest.from_json(self.store.get_bytes(content_id))
+
+    def publish_dir(self, directory: Path) -> str:
+        return self.save(publish_dir(self.store, directory))
+
+    def publish_files(self, files: dict[str, bytes | str]) -> str:
+        return self.save(publish_files(self.store, files))
+
+    def read_text_files(self, content_id: str) -> dict[str, str]:
+        """Every file of a release as text (harness trees); binary files are skipped."""
+        out = {}
+        for path, entry in self.load(content_id).items():
+            try:
+                out[path] = self.store.get_bytes(entry.oid).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return out
