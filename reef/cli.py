@@ -8,6 +8,7 @@ import click
 
 from reef import __version__
 from reef.errors import ReefError
+from reef.git_cli import git
 from reef.log.cli import log, topics
 from reef.replay_cli import replay_command
 from reef.serve import serve
@@ -37,3 +38,4 @@ main.add_command(serve)
 main.add_command(replay_command)
 main.add_command(streams)
 main.add_command(stack)
+main.add_command(git)

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from reef.codec import EventCodec
 from reef.artifacts.claimcheck import ClaimCheck
+from reef.codec import EventCodec
 from reef.errors import CodecError, ReefError
 from reef.events import Event, InferenceRecorded
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
@@ -87,7 +87,9 @@ class EventStore:
 
 def offload_claims(event: InferenceRecorded, claims: ClaimCheck) -> InferenceRecorded:
     """Move request/response bodies above the threshold into the store (by sha256)."""
-    request, request_ref = claims.offload(event.request_json) if event.request_json else (None, None)
+    request, request_ref = (
+        claims.offload(event.request_json) if event.request_json else (None, None)
+    )
     response, response_ref = (
         claims.offload(event.response_json) if event.response_json else (None, None)
     )
@@ -108,8 +110,10 @@ def resolve_claims(event: InferenceRecorded, claims: ClaimCheck) -> InferenceRec
         return event
     return replace(
         event,
-        request_json=claims.resolve(None, event.request_ref) if event.request_ref
+        request_json=claims.resolve(None, event.request_ref)
+        if event.request_ref
         else event.request_json,
-        response_json=claims.resolve(None, event.response_ref) if event.response_ref
+        response_json=claims.resolve(None, event.response_ref)
+        if event.response_ref
         else event.response_json,
     )

@@ -55,8 +55,9 @@ class ContentStore:
         """Store the manifest (after checking every object it names is present)."""
         missing = missing_objects(self.store, manifest)
         if missing:
-            raise IncompleteContentError(f"manifest names {len(missing)} missing object(s): "
-                                         f"{', '.join(missing[:3])}")
+            raise IncompleteContentError(
+                f"manifest names {len(missing)} missing object(s): {', '.join(missing[:3])}"
+            )
         ref = self.store.put_bytes(manifest.to_json().encode())
         if ref.oid != manifest.content_id:
             raise ArtifactError("manifest encoding is not canonical")

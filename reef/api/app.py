@@ -7,6 +7,7 @@ records (diagnostic stream records) are flushed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -16,17 +17,19 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from reef import __version__
-from reef.api import errors, inference, reports, scenarios, system
+from reef.api import errors, inference, releases, reports, scenarios, system
 from reef.api.auth import registry_from
 from reef.api.context import AppContext
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
+from reef.artifacts import ClaimCheck
 from reef.eventstore import EventStore
-from reef.log import EventLog, open_log
+from reef.log import open_log
 from reef.log.embedded import EmbeddedLog
 from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
+from reef.releases import ContentStore, open_store
 from reef.settings import Settings
 from reef.topics import ALL_TOPICS
 
@@ -37,11 +40,21 @@ def producer_name(settings: Settings) -> str:
     return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
-async def _start_embedded_processors(settings: Settings, log: EventLog) -> list[EmbeddedRuntime]:
+async def _publish_seed(settings: Settings, content: ContentStore) -> str | None:
+    """The seed folder new scenarios start from, published once (idempotent)."""
+    if settings.seed_dir is None:
+        return None
+    return await asyncio.to_thread(content.publish_dir, settings.seed_dir)
+
+
+async def _start_embedded_processors(
+    settings: Settings, store: EventStore
+) -> list[EmbeddedRuntime]:
     """On the embedded log the stream processors run inside ``reef serve``."""
+    log = store.log
     if not isinstance(log, EmbeddedLog):
         return []
-    runtimes = [EmbeddedRuntime(log, processor) for processor in processors(settings)]
+    runtimes = [EmbeddedRuntime(log, processor, store=store) for processor in processors(settings)]
     for runtime in runtimes:
         await runtime.start()
     return runtimes
@@ -58,12 +71,25 @@ def create_app(settings: Settings) -> FastAPI:
         await log.start()
         try:
             await log.ensure_topics(list(ALL_TOPICS))
-            store = EventStore(log)
+            artifacts = open_store(settings)
+            content = ContentStore(artifacts)
+            seed = await _publish_seed(settings, content)
+            store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
             projection = ProjectionFollower(store)
             await projection.start()
-            runtimes = await _start_embedded_processors(settings, log)
+            runtimes = await _start_embedded_processors(settings, store)
             upstream = Upstream(settings)
-            ctx = AppContext(settings, producer, store, projection, upstream, tokens, runtimes)
+            ctx = AppContext(
+                settings,
+                producer,
+                store,
+                projection,
+                upstream,
+                tokens,
+                content=content,
+                seed_content_id=seed,
+                runtimes=runtimes,
+            )
             app.state.ctx = ctx
             app.state.report_desk = ReportDesk()
             try:
@@ -79,6 +105,6 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
     errors.install(app)
-    for module in (system, inference, reports, scenarios):
+    for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from reef.api.upstream import Upstream
 from reef.eventstore import EventStore
 from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
+from reef.releases import ContentStore
 from reef.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,8 @@ class AppContext:
     projection: ProjectionFollower
     upstream: Upstream
     tokens: TokenRegistry | None
+    content: ContentStore
+    seed_content_id: str | None = None
     runtimes: list[EmbeddedRuntime] = field(default_factory=list)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -61,6 +65,11 @@ def presented_token(request: Request) -> str | None:
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
+    if scheme.lower() == "basic" and value.strip():  # git and git-lfs: the password is the token
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return None
     if request.url.path.startswith("/v1/messages"):
         return request.headers.get("x-api-key")
     return None

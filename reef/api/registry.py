@@ -29,13 +29,15 @@ async def ensure(ctx: AppContext, name: str, *, implicit: bool = True) -> tuple[
         return view, False
     if implicit and not ctx.settings.allow_implicit_scenarios:
         raise RequestError(404, "unknown_scenario", f"unknown scenario {name!r}")
+    seed = ctx.seed_content_id
     event = ScenarioCreated(
         event_id=derived_id("scenario", name),
         scenario=name,
         occurred_at=utc_now(),
         producer=ctx.producer,
         recipe=ctx.settings.recipe,
-        initial_release_id=release_id(name, None, EMPTY_CONTENT_ID, "creation"),
+        initial_release_id=release_id(name, None, seed or EMPTY_CONTENT_ID, "creation"),
+        seed_content_id=seed,
     )
     position = await ctx.store.append(event)
     await ctx.projection.wait_for(position)

@@ -86,7 +86,9 @@ class Upstream:
             return await self._client.send(request, stream=stream)
         except httpx.TimeoutException as exc:
             if _refused(exc):
-                raise RequestError(502, "upstream_unavailable", f"upstream unreachable: {exc!r}") from exc
+                raise RequestError(
+                    502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
+                ) from exc
             raise RequestError(504, "upstream_timeout", f"upstream timed out: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise RequestError(

@@ -54,10 +54,12 @@ class EmbeddedRuntime:
         batch_size: int = 1000,
         idle_wait: float = 0.5,
         linger: float = 0.02,
+        store: EventStore | None = None,
     ) -> None:
         self.log = log
         self.processor = processor
-        self.store = EventStore(log)
+        #: decodes inputs (and resolves claim-checked bodies) and encodes outputs
+        self.store = store or EventStore(log)
         self.group = f"processor:{processor.name}"
         self.state = DictState()
         self.positions: dict[str, dict[int, int]] = {}
