@@ -13,6 +13,7 @@ from reef.log.cli import log, topics
 from reef.replay_cli import replay_command
 from reef.serve import serve
 from reef.stack.cli import stack
+from reef.status_cli import status
 from reef.streams_cli import streams
 
 
@@ -39,3 +40,4 @@ main.add_command(replay_command)
 main.add_command(streams)
 main.add_command(stack)
 main.add_command(git)
+main.add_command(status)

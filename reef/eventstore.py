@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reef.artifacts.claimcheck import ClaimCheck
@@ -34,6 +35,8 @@ class EventStore:
         #: bodies over the claim-check threshold live in the artifact store; readers
         #: get them back transparently
         self.claims = claims
+        #: called with the seconds each acknowledged append took (metrics)
+        self.observe_append: Callable[[float], None] | None = None
 
     def prepare(self, event: Event) -> PendingAppend:
         """Encode an event (raises EventValidationError before anything is written)."""
@@ -49,7 +52,11 @@ class EventStore:
         if self.claims is not None and any(isinstance(e, InferenceRecorded) for e in events):
             events = await asyncio.to_thread(self._offload_all, events)
         pending = [self.prepare(event) for event in events]
-        return await self.log.append_many(pending)
+        started = time.perf_counter()
+        positions = await self.log.append_many(pending)
+        if self.observe_append is not None:
+            self.observe_append(time.perf_counter() - started)
+        return positions
 
     async def read(
         self,

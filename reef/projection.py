@@ -19,6 +19,8 @@ from typing import Any
 
 from reef import topics
 from reef.events import (
+    EngineLoaded,
+    EngineLoadFailed,
     Event,
     ReleaseCommitted,
     ReleaseRejected,
@@ -34,7 +36,13 @@ from reef.log.base import Position
 logger = logging.getLogger(__name__)
 
 WAIT_SECONDS = 30.0
-FOLLOWED_TOPICS = (topics.SCENARIOS, topics.RELEASES, topics.REPORTS, topics.SAMPLES)
+FOLLOWED_TOPICS = (
+    topics.SCENARIOS,
+    topics.RELEASES,
+    topics.REPORTS,
+    topics.SAMPLES,
+    topics.ENGINE,
+)
 
 
 @dataclass(slots=True)
@@ -96,6 +104,7 @@ class Fate:
     status: str
     reason: str | None = None
     sample_id: str | None = None
+    release_id: str | None = None
 
 
 class ApiState:
@@ -110,6 +119,18 @@ class ApiState:
         #: the chain's decision on each proposal: ("committed", release id) or
         #: ("rejected", reason)
         self.decisions: dict[str, tuple[str, str]] = {}
+        #: sample id → (scenario, report id), and samples a committed release consumed
+        self.sample_reports: dict[str, tuple[str, str]] = {}
+        self.consumed: dict[str, str] = {}
+        #: (scenario, engine id) → (release id, weight version) it serves; load outcomes
+        self.engines: dict[tuple[str, str], tuple[str, str]] = {}
+        self.engine_loads: dict[str, int] = {}
+        #: training candidates by outcome: committed by the chain, or rejected
+        #: (by the chain, or by a trainer's evaluation gate, which proposes nothing)
+        self.candidates: dict[str, int] = {}
+
+    def samples_pending(self) -> int:
+        return sum(1 for sample in self.sample_reports if sample not in self.consumed)
 
     def digest(self) -> str:
         """A hash of everything projected, equal on every replica and after replay."""
@@ -138,13 +159,29 @@ class ApiState:
                 (event.scenario, event.event_id), ReportView(event.scenario, event.content_hash)
             )
         elif isinstance(event, SampleJoined):
-            self.fates.setdefault(
-                (event.scenario, event.report_id), Fate("accepted", None, event.event_id)
+            key = (event.scenario, event.report_id)
+            self.sample_reports.setdefault(event.event_id, key)
+            release = self.consumed.get(event.event_id)
+            fate = (
+                Fate("consumed", None, event.event_id, release)
+                if release
+                else Fate("accepted", None, event.event_id)
             )
+            self.fates.setdefault(key, fate)
         elif isinstance(event, ReportRejected):
             self.fates.setdefault((event.scenario, event.report_id), Fate("rejected", event.reason))
         elif isinstance(event, ReleaseRejected):
+            if event.proposal_id not in self.decisions:
+                self.candidates["rejected"] = self.candidates.get("rejected", 0) + 1
             self.decisions.setdefault(event.proposal_id, ("rejected", event.reason))
+        elif isinstance(event, EngineLoaded):
+            self.engines[(event.scenario, event.engine_id)] = (
+                event.release_id,
+                event.weight_version,
+            )
+            self.engine_loads["loaded"] = self.engine_loads.get("loaded", 0) + 1
+        elif isinstance(event, EngineLoadFailed):
+            self.engine_loads["failed"] = self.engine_loads.get("failed", 0) + 1
 
     def _created(self, event: ScenarioCreated) -> None:
         if event.scenario in self.scenarios:
@@ -163,7 +200,15 @@ class ApiState:
             self._committed(early)
 
     def _committed(self, event: ReleaseCommitted) -> None:
+        if event.operation == "training" and event.proposal_id not in self.decisions:
+            self.candidates["committed"] = self.candidates.get("committed", 0) + 1
         self.decisions.setdefault(event.proposal_id, ("committed", event.release_id))
+        for sample in event.sample_ids:
+            if self.consumed.setdefault(sample, event.release_id) != event.release_id:
+                continue
+            key = self.sample_reports.get(sample)
+            if key is not None:
+                self.fates[key] = Fate("consumed", None, sample, event.release_id)
         view = self.scenarios.get(event.scenario)
         if view is None:  # topics are followed independently: the creation may lag
             self._early.setdefault(event.scenario, []).append(event)

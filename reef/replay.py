@@ -23,6 +23,7 @@ from reef.processors.catalog import processors
 from reef.processors.state import DictState, Processor
 from reef.projection import FOLLOWED_TOPICS, ApiState
 from reef.settings import Settings
+from reef.topics import STREAMS_APP_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +96,8 @@ async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
 
 async def _changelog_table(log: EventLog, name: str) -> dict[str, Any]:
     """The latest value per key of a Faust table's changelog (tombstones delete)."""
-    from streams.app import APP_ID
-
     table: dict[str, Any] = {}
-    async for record in log.read(f"{APP_ID}-{name}-state-changelog"):
+    async for record in log.read(f"{STREAMS_APP_ID}-{name}-state-changelog"):
         key = (record.key or b"").decode()
         if record.value is None or record.value in (b"", b"null"):
             table.pop(key, None)

@@ -30,6 +30,10 @@ ALL_TOPICS: Final = tuple(TOPIC_EVENTS)
 
 DEFAULT_PARTITIONS: Final = 6
 
+#: the Faust app id of ``reef streams`` (also its consumer group and the prefix of its
+#: changelog topics), before the deployment's topic prefix
+STREAMS_APP_ID: Final = "reef-streams"
+
 
 def topic_for(event_type: str) -> str:
     """The one topic an event type is written to."""

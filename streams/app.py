@@ -20,18 +20,20 @@ from reef.codec import EventCodec
 from reef.processors.catalog import processors
 from reef.processors.state import Processor
 from reef.settings import Settings
+from reef.topics import STREAMS_APP_ID
 from streams.state import TableState
 
 logger = logging.getLogger(__name__)
 
-APP_ID = "reef-streams"
+APP_ID = STREAMS_APP_ID
+
 
 
 def create_app(settings: Settings) -> faust.App:
     """The worker's app; its id, groups and topics carry the deployment's topic prefix."""
     prefix = settings.kafka_topic_prefix
     app = faust.App(
-        prefix + APP_ID,
+        prefix + STREAMS_APP_ID,
         broker=f"kafka://{settings.kafka_bootstrap}",
         processing_guarantee="exactly_once",
         store="memory://",

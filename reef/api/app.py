@@ -20,6 +20,7 @@ from reef import __version__
 from reef.api import errors, inference, releases, reports, scenarios, system
 from reef.api.auth import registry_from
 from reef.api.context import AppContext
+from reef.api.metrics import Metrics
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
@@ -91,6 +92,8 @@ def create_app(settings: Settings) -> FastAPI:
                 runtimes=runtimes,
             )
             app.state.ctx = ctx
+            metrics.bind(ctx)
+            store.observe_append = metrics.append_seconds.observe
             app.state.report_desk = ReportDesk()
             try:
                 yield
@@ -103,7 +106,10 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await log.close()
 
+    metrics = Metrics()
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
+    app.state.metrics = metrics
+    app.middleware("http")(metrics.middleware)
     errors.install(app)
     for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)

@@ -168,6 +168,9 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     exchange.upstream_started = time.perf_counter()
     upstream_response = await ctx.upstream.send(upstream_request, stream=exchange.stream)
+    request.app.state.metrics.upstream_seconds.labels(route).observe(
+        time.perf_counter() - exchange.upstream_started
+    )
     if upstream_response.status_code >= 400:
         if exchange.stream:
             await upstream_response.aread()

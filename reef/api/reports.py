@@ -158,6 +158,6 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
             "scenario": scenario,
             "status": fate.status if fate else "pending",
             "reason": fate.reason if fate else None,
-            "release_id": None,
+            "release_id": fate.release_id if fate else None,
         }
     )

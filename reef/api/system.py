@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from reef.api.context import context_of
+from reef.api.context import AppContext, context_of
+from reef.processors.catalog import processors
+from reef.topics import STREAMS_APP_ID
 
 router = APIRouter()
 
@@ -19,35 +23,72 @@ async def healthz() -> JSONResponse:
     return JSONResponse({"ok": True})
 
 
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition (read scope).
+
+    curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/metrics
+    """
+    context_of(request).authenticate(request, "read")
+    exposition: Response = request.app.state.metrics.exposition()
+    return exposition
+
+
 @router.get("/reef/status")
 async def status(request: Request) -> JSONResponse:
-    """Per-scenario heads and the state of this replica's projection.
+    """Per-scenario heads and engines, processor lag, samples pending, this replica's state.
 
     curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/reef/status
     """
     ctx = context_of(request)
     principal = ctx.authenticate(request, "read")
+    state = ctx.projection.state
     scenarios = {
-        name: {"recipe": view.recipe, "head_release_id": view.head, "releases": len(view.releases)}
-        for name, view in sorted(ctx.projection.state.scenarios.items())
+        name: {
+            "recipe": view.recipe,
+            "head_release_id": view.head,
+            "releases": len(view.releases),
+            "engines": {
+                engine: {"release_id": release, "weight_version": version}
+                for (scenario, engine), (release, version) in sorted(state.engines.items())
+                if scenario == name
+            },
+        }
+        for name, view in sorted(state.scenarios.items())
         if principal.may_use(name)
     }
     return JSONResponse(
         {
             "producer": ctx.producer,
             "log": ctx.settings.log,
-            "projection": {
-                "healthy": ctx.projection.healthy(),
-                "digest": ctx.projection.state.digest(),
-            },
-            "processors": {
-                runtime.processor.name: {
-                    "healthy": runtime.healthy(),
-                    "lag": await runtime.lag(),
-                    "processed": runtime.processed,
-                }
-                for runtime in ctx.runtimes
-            },
+            "projection": {"healthy": ctx.projection.healthy(), "digest": state.digest()},
+            "processors": await _processors(ctx),
+            "samples_pending": state.samples_pending(),
             "scenarios": scenarios,
         }
     )
+
+
+async def _processors(ctx: AppContext) -> dict[str, Any]:
+    """Embedded: the in-process runtimes. Kafka: the Faust group's committed offsets."""
+    if ctx.runtimes:
+        return {
+            runtime.processor.name: {
+                "host": "embedded",
+                "healthy": runtime.healthy(),
+                "lag": await runtime.lag(),
+                "processed": runtime.processed,
+            }
+            for runtime in ctx.runtimes
+        }
+    log = ctx.store.log
+    group = ctx.settings.kafka_topic_prefix + STREAMS_APP_ID
+    out: dict[str, Any] = {}
+    for processor in processors(ctx.settings):
+        lag = {}
+        for topic in processor.inputs:
+            ends = await log.end_offsets(topic)
+            done = await log.committed(group, topic)
+            lag[topic] = sum(end - done.get(p, 0) for p, end in ends.items())
+        out[processor.name] = {"host": f"faust group {group}", "lag": lag}
+    return out

@@ -1,0 +1,133 @@
+"""Prometheus metrics of one API process, in a registry owned by the app (no globals).
+
+Request, upstream and log-append latencies are observed where they happen; counts that
+are facts of the log (report fates, candidates, engine loads, processor lag) are read
+from the projections at scrape time, so every replica reports the same totals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from fastapi import Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from reef.api.dialects import dialect_of_path
+
+if TYPE_CHECKING:
+    from reef.api.context import AppContext
+
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/messages/count_tokens",
+    "/v1/messages",
+    "/v1/responses",
+    "/v1/models",
+    "/reef/report",
+    "/reef/reports",
+    "/reef/scenarios",
+    "/reef/harness",
+    "/reef/lfs",
+    "/reef/status",
+    "/healthz",
+    "/metrics",
+)
+
+
+def route_label(path: str) -> str:
+    """A bounded label: the route family, never the raw path (ids would explode it)."""
+    return next((route for route in _ROUTES if path.startswith(route)), "other")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "reef_requests",
+            "HTTP requests answered.",
+            ["route", "dialect", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "reef_request_seconds",
+            "Time to answer a request.",
+            ["route"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_seconds = Histogram(
+            "reef_upstream_seconds",
+            "Upstream response time.",
+            ["route"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.append_seconds = Histogram(
+            "reef_log_append_seconds",
+            "Time for the log to acknowledge an append.",
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+
+    def bind(self, ctx: AppContext) -> None:
+        self.registry.register(_LogCollector(ctx))
+
+    async def middleware(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = route_label(request.url.path)
+        self.request_seconds.labels(route).observe(time.perf_counter() - started)
+        self.requests.labels(
+            route, dialect_of_path(request.url.path).value, str(response.status_code)
+        ).inc()
+        return response
+
+    def exposition(self) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class _LogCollector(Collector):
+    """Totals folded from the log by this replica's projection, and processor lag."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self._ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._ctx.projection.state
+        fates = CounterMetricFamily("reef_report_fates", "Reports by fate.", labels=["status"])
+        counts: dict[str, int] = {}
+        for fate in state.fates.values():
+            counts[fate.status] = counts.get(fate.status, 0) + 1
+        for status, count in sorted(counts.items()):
+            fates.add_metric([status], count)
+        yield fates
+        pending = GaugeMetricFamily("reef_samples_pending", "Joined samples not yet trained on.")
+        pending.add_metric([], state.samples_pending())
+        yield pending
+        candidates = CounterMetricFamily(
+            "reef_candidates", "Release proposals by decision.", labels=["outcome"]
+        )
+        for outcome, count in sorted(state.candidates.items()):
+            candidates.add_metric([outcome], count)
+        yield candidates
+        loads = CounterMetricFamily(
+            "reef_engine_loads", "Engine loads by outcome.", labels=["outcome"]
+        )
+        for outcome, count in sorted(state.engine_loads.items()):
+            loads.add_metric([outcome], count)
+        yield loads
+        lag = GaugeMetricFamily(
+            "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
+        )
+        for runtime in self._ctx.runtimes:
+            for topic, value in runtime.last_lag.items():
+                lag.add_metric([runtime.processor.name, topic], value)
+        yield lag
