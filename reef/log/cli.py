@@ -12,9 +12,12 @@ from typing import Any
 
 import click
 
+from reef.artifacts import ClaimCheck
+from reef.errors import ConfigError
 from reef.eventstore import EventStore, StoredEvent
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
+from reef.releases import open_store
 from reef.topics import ALL_TOPICS
 
 
@@ -58,10 +61,15 @@ def tail(
 ) -> None:
     """Decode a topic's events to JSON lines (undecodable records are reported, not fatal)."""
     settings = settings_from(config_file, **pop_log_flags(flags)).settings
+    try:
+        artifacts = open_store(settings)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
 
     async def run() -> None:
         async with running(open_log(settings, client_id="reef-log-tail")) as log:
-            store = EventStore(log)
+            # claim-checked bodies are shown in full, fetched from the artifact store
+            store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
             start = None if from_beginning else await log.end_offsets(topic)
             async for stored in store.read(topic, start=start, follow=follow, scenario=scenario):
                 click.echo(json.dumps(tail_line(stored)))

@@ -1,0 +1,863 @@
+"""The release API and the Git view end to end, against real ``reef serve`` processes.
+
+* rollback of a weight release (a few MB of random ``model.safetensors`` + ``config.json``)
+  on the embedded default (local artifacts) and on Kafka + S3 (a ``reef streams`` worker
+  hosting the chain): the new head's materialised files equal the target's byte for byte;
+* harness pins: ``GET /reef/harness`` serves the head's files or a pinned release's;
+  unsafe paths are refused at publish time;
+* bad input: unknown / foreign releases, promote of a non-pending release, promote of a
+  pending one, manifests naming missing objects, releases whose objects were deleted,
+  tokens without the admin scope;
+* ``reef git export`` + stock ``git clone`` / ``git lfs pull`` against the running
+  server's LFS endpoint: every release's checkout equals its manifest;
+* the claim check: a large prompt is stored by reference in the raw event, and read back
+  in full by ``reef log tail`` and the records API.
+
+Servers are started once per module (the Kafka one only by the test that needs it, on
+its own topic prefix, S3 key prefix and streams worker, all removed at the end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reef import topics
+from reef.artifacts import (
+    LocalArtifactStore,
+    Manifest,
+    ManifestEntry,
+    UnsafePathError,
+    materialise,
+)
+from reef.codec import EventCodec
+from reef.events import InferenceRecorded, ReleaseProposed, utc_now
+from reef.eventstore import EventStore
+from reef.ids import release_id as chain_release_id
+from reef.log.base import EventLog
+from reef.log.embedded import EmbeddedLog
+from reef.log.partitioner import partition_for
+from reef.releases import ContentStore, IncompleteContentError, open_store
+from reef.settings import Settings
+from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
+from tests.support.servers import (
+    ManagedProcess,
+    ReefProcess,
+    UpstreamProcess,
+    clean_env,
+    reef_executable,
+    run_reef,
+    start_reef,
+)
+
+SEED_FILES = {
+    "system_prompt.md": "You are the seed agent.\nBe brief.\n",
+    "skills/a.md": "# Skill A\nSay hello.\n",
+}
+WEIGHT_BYTES = 3 * 1024 * 1024 + 17  # not a multiple of any chunk size
+#: Faust: a stopped member's partitions are handed over quickly
+FAUST_ENV = {
+    "BROKER_SESSION_TIMEOUT": "6",
+    "BROKER_HEARTBEAT_INTERVAL": "1",
+    "BROKER_REBALANCE_TIMEOUT": "10",
+}
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------
+# A deployment: one server, its artifact store and its log, seen from the test
+
+
+@dataclass
+class Deployment:
+    name: str
+    process: ReefProcess
+    admin_token: str
+    read_token: str
+    content: ContentStore
+    new_log: Callable[[], EventLog]
+    #: how long a proposal may take to be decided (the chain runs elsewhere on Kafka)
+    decide_timeout: float = 30.0
+
+    @property
+    def base_url(self) -> str:
+        return self.process.base_url
+
+    @property
+    def state_dir(self) -> Path:
+        return self.process.state_dir
+
+    def client(
+        self, token: str | None = "", scenario: str | None = None, timeout: float = 60.0
+    ) -> httpx.Client:
+        """``token=""``: the admin token; None: no Authorization header."""
+        chosen = self.admin_token if token == "" else token
+        headers = {"Authorization": f"Bearer {chosen}"} if chosen is not None else {}
+        if scenario is not None:
+            headers["x-reef-scenario"] = scenario
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def alive(self) -> None:
+        assert self.process.managed.running(), f"reef serve died\n{self.process.output()}"
+
+    # -- scenarios and releases ------------------------------------------------
+
+    def create_scenario(self, prefix: str) -> str:
+        name = unique_scenario(prefix)
+        with self.client() as client:
+            response = client.post("/reef/scenarios", json={"name": name})
+        assert response.status_code == 201, response.text
+        return name
+
+    def releases(self, scenario: str) -> list[dict[str, Any]]:
+        with self.client() as client:
+            response = client.get(f"/reef/scenarios/{scenario}/releases")
+        assert response.status_code == 200, response.text
+        found: list[dict[str, Any]] = response.json()["releases"]
+        return found
+
+    def head(self, scenario: str) -> dict[str, Any]:
+        (current,) = [r for r in self.releases(scenario) if r["current"]]
+        return current
+
+    def propose_training(
+        self, scenario: str, content_id: str, *, pending: bool = False
+    ) -> dict[str, Any]:
+        """Append ReleaseProposed as a trainer would (parent: the current head); the commit."""
+        parent = self.head(scenario)["release_id"]
+        proposal_id = uuid.uuid4().hex
+        event = ReleaseProposed(
+            event_id=proposal_id,
+            scenario=scenario,
+            occurred_at=utc_now(),
+            producer="test-trainer",
+            proposal_id=proposal_id,
+            parent_release_id=parent,
+            content_id=content_id,
+            operation="training",
+            metrics_json=json.dumps({"reward": 0.5}),
+            pending=pending,
+        )
+
+        async def append() -> None:
+            log = self.new_log()
+            await log.start()
+            try:
+                await EventStore(log).append(event)
+            finally:
+                await log.close()
+
+        _run(append())
+        expected = chain_release_id(scenario, parent, content_id, "training")
+        release = self.wait_release(scenario, expected)
+        assert release["parent_release_id"] == parent
+        assert release["content_id"] == content_id
+        assert release["operation"] == "training"
+        assert release["pending"] is pending
+        assert release["current"] is not pending
+        return release
+
+    def wait_release(self, scenario: str, release_id: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.decide_timeout
+        while True:
+            for release in self.releases(scenario):
+                if release["release_id"] == release_id:
+                    return release
+            self.alive()
+            assert time.monotonic() < deadline, f"release {release_id} not committed in time"
+            time.sleep(0.1)
+
+    def republish(self, scenario: str, operation: str, release_id: str) -> httpx.Response:
+        with self.client(timeout=self.decide_timeout + 30) as client:
+            return client.post(
+                f"/reef/scenarios/{scenario}/{operation}", json={"release_id": release_id}
+            )
+
+    def materialise(self, content_id: str, dest: Path) -> dict[str, bytes]:
+        """The release tree written out by :func:`materialise`, as {path: bytes}."""
+        materialise(self.content.store, self.content.load(content_id), dest)
+        return tree_files(dest)
+
+
+def tree_files(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in skip or not path.is_file():
+            continue
+        found[rel] = path.read_bytes()
+    return found
+
+
+def server_env(admin: str, reader: str, extra: dict[str, str]) -> dict[str, str]:
+    return {
+        "REEF_TOKEN": admin,
+        "REEF_TOKENS": f"{reader}:read",
+        "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="module")
+def seed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("seed")
+    for path, text in SEED_FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def embedded(
+    upstream: UpstreamProcess, seed_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The embedded default: SQLite log, chain inside ``reef serve``, local artifacts."""
+    state_dir = tmp_path_factory.mktemp("releases-embedded")
+    admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
+    env = server_env(
+        admin, reader, {"REEF_SEED_DIR": str(seed_dir), "REEF_CLAIM_CHECK_BYTES": "2048"}
+    )
+    process = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state_dir)
+    deployment = Deployment(
+        name="embedded",
+        process=process,
+        admin_token=admin,
+        read_token=reader,
+        content=ContentStore(LocalArtifactStore.in_state_dir(state_dir)),
+        new_log=lambda: EmbeddedLog(state_dir / "log.sqlite3"),
+    )
+    try:
+        yield deployment
+    finally:
+        process.stop()
+
+
+@dataclass
+class StreamsWorker:
+    managed: ManagedProcess
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        began = time.monotonic()
+        while True:
+            text = self.managed.stdout_text() + self.managed.stderr_text()
+            if "[^Worker]: Ready" in text:
+                return
+            if not self.managed.running():
+                pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")
+            if time.monotonic() - began > timeout:
+                pytest.fail(f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}")
+            time.sleep(0.2)
+
+
+def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
+    """``reef streams`` in its own working directory (Faust writes its data dir there)."""
+    argv = [
+        reef_executable(),
+        "streams",
+        "--log",
+        "kafka",
+        "--kafka-bootstrap",
+        bootstrap,
+        "--kafka-topic-prefix",
+        prefix,
+    ]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            argv,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            env=clean_env(FAUST_ENV),
+            cwd=work_dir,
+        )
+    return StreamsWorker(ManagedProcess(argv, process, out, err))
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_s3(
+    kafka_bootstrap: str,
+    s3: Any,
+    upstream: UpstreamProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    """Kafka log on its own topic prefix, ``reef streams`` hosting the chain, S3 artifacts."""
+    tag = uuid.uuid4().hex[:10]
+    prefix = f"t-releases-{tag}-"
+    s3_prefix = f"e2e-releases-{tag}"
+    work = tmp_path_factory.mktemp("releases-kafka")
+    s3_env = {
+        "REEF_ARTIFACTS": "s3",
+        "REEF_S3_ENDPOINT": s3.endpoint,
+        "REEF_S3_ACCESS_KEY": s3.access_key,
+        "REEF_S3_SECRET_KEY": s3.secret_key,
+        "REEF_S3_BUCKET": s3.bucket,
+        "REEF_S3_REGION": s3.region,
+        "REEF_S3_PREFIX": s3_prefix,
+    }
+    log_flags = ["--log", "kafka", "--kafka-bootstrap", kafka_bootstrap]
+    log_flags += ["--kafka-topic-prefix", prefix]
+    created = run_reef("topics", "create", *log_flags)
+    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+    worker = start_streams(kafka_bootstrap, prefix, work / "streams")
+    admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
+    process: ReefProcess | None = None
+    try:
+        process = start_reef(
+            [*log_flags, "--upstream-url", upstream.v1_url],
+            env=server_env(admin, reader, s3_env),
+            state_dir=work / "state",
+        )
+        worker.wait_ready()
+        settings = Settings(
+            artifacts="s3",
+            s3_endpoint=s3.endpoint,
+            s3_access_key=s3.access_key,
+            s3_secret_key=s3.secret_key,
+            s3_bucket=s3.bucket,
+            s3_region=s3.region,
+            s3_prefix=s3_prefix,
+        )
+        from reef.log.kafka import KafkaLog
+
+        yield Deployment(
+            name="kafka-s3",
+            process=process,
+            admin_token=admin,
+            read_token=reader,
+            content=ContentStore(open_store(settings)),
+            new_log=lambda: KafkaLog(
+                kafka_bootstrap, topic_prefix=prefix, client_id="reef-e2e-trainer"
+            ),
+            decide_timeout=60.0,
+        )
+    finally:
+        if process is not None:
+            process.stop()
+        worker.managed.stop(timeout=20)
+        _run(_delete_topics(kafka_bootstrap, prefix))
+        client = s3.client()
+        for obj in client.list_objects(s3.bucket, prefix=s3_prefix + "/", recursive=True):
+            client.remove_object(s3.bucket, obj.object_name)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("embedded", id="embedded-local"),
+        pytest.param(
+            "kafka_s3",
+            id="kafka-s3",
+            marks=[pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow],
+        ),
+    ]
+)
+def deployment(request: pytest.FixtureRequest) -> Deployment:
+    found: Deployment = request.getfixturevalue(request.param)
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Rollback of a weight release
+
+
+def write_weights(root: Path, version: int) -> dict[str, bytes]:
+    files = {
+        "model.safetensors": os.urandom(WEIGHT_BYTES),
+        "config.json": json.dumps({"version": version, "hidden": 64}).encode(),
+    }
+    for path, body in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(body)
+    return files
+
+
+def test_rollback_of_a_weight_release_restores_its_bytes(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    scenario = deployment.create_scenario("weights")
+    creation = deployment.head(scenario)
+    v1_files = write_weights(tmp_path / "v1", 1)
+    v2_files = write_weights(tmp_path / "v2", 2)
+    first = deployment.propose_training(scenario, deployment.content.publish_dir(tmp_path / "v1"))
+    second = deployment.propose_training(scenario, deployment.content.publish_dir(tmp_path / "v2"))
+    assert first["content_id"] != second["content_id"]
+
+    response = deployment.republish(scenario, "rollback", first["release_id"])
+    assert response.status_code == 200, response.text
+    new = response.json()
+    assert new["scenario"] == scenario
+    assert new["operation"] == "rollback"
+    assert new["rollback_target_release_id"] == first["release_id"]
+    assert new["parent_release_id"] == second["release_id"]
+    assert new["content_id"] == first["content_id"]
+    assert new["current"] is True and new["pending"] is False
+    assert new["release_id"] not in {first["release_id"], second["release_id"]}
+    assert new["release_id"] == chain_release_id(
+        scenario, second["release_id"], first["content_id"], "rollback"
+    )
+
+    restored = deployment.materialise(new["content_id"], tmp_path / "restored")
+    target = deployment.materialise(first["content_id"], tmp_path / "target")
+    assert restored == target == v1_files
+    assert deployment.materialise(second["content_id"], tmp_path / "second") == v2_files
+
+    listed = deployment.releases(scenario)
+    assert [r["release_id"] for r in listed] == [
+        new["release_id"],
+        second["release_id"],
+        first["release_id"],
+        creation["release_id"],
+    ]
+    assert [r["operation"] for r in listed] == ["rollback", "training", "training", "creation"]
+    assert [r["current"] for r in listed] == [True, False, False, False]
+    assert listed[0]["rollback_target_release_id"] == first["release_id"]
+    assert all("rollback_target_release_id" not in r for r in listed[1:])
+    assert {k: v for k, v in new.items() if k != "scenario"} == listed[0]
+    deployment.alive()
+
+
+# ---------------------------------------------------------------------------
+# Harness pins
+
+
+def harness(
+    deployment: Deployment, scenario: str, release_id: str | None = None, token: str | None = ""
+) -> httpx.Response:
+    params = {"release_id": release_id} if release_id is not None else None
+    with deployment.client(token, scenario=scenario) as client:
+        return client.get("/reef/harness", params=params)
+
+
+def test_harness_serves_the_head_or_a_pinned_release(embedded: Deployment) -> None:
+    scenario = embedded.create_scenario("harness")
+    creation = embedded.head(scenario)
+    assert creation["operation"] == "creation"
+    assert creation["content_id"] == embedded.content.publish_dir(embedded_seed(embedded))
+
+    seeded = harness(embedded, scenario, token=embedded.read_token)
+    assert seeded.status_code == 200, seeded.text
+    assert seeded.json()["files"] == SEED_FILES
+    assert seeded.json()["release_id"] == creation["release_id"]
+    assert seeded.headers["x-reef-release-id"] == creation["release_id"]
+
+    changed = {
+        "system_prompt.md": "You are the trained agent.\nBe precise.\n",
+        "skills/a.md": "# Skill A\nSay hello, politely.\n",
+        "skills/b.md": "# Skill B\nSay goodbye. ✓\n",
+    }
+    trained = embedded.propose_training(scenario, embedded.content.publish_files(changed))
+
+    head = harness(embedded, scenario)
+    assert head.status_code == 200, head.text
+    body = head.json()
+    assert body["files"] == changed
+    assert body["release_id"] == trained["release_id"]
+    assert body["parent_release_id"] == creation["release_id"]
+    assert body["content_id"] == trained["content_id"]
+    assert head.headers["x-reef-release-id"] == trained["release_id"]
+
+    pinned = harness(embedded, scenario, creation["release_id"], token=embedded.read_token)
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json()["files"] == SEED_FILES
+    assert pinned.json()["release_id"] == creation["release_id"]
+    assert pinned.json()["parent_release_id"] is None
+    assert pinned.headers["x-reef-release-id"] == creation["release_id"]
+
+    unknown = harness(embedded, scenario, uuid.uuid4().hex)
+    assert_reef_error(unknown, 404)
+    other = embedded.create_scenario("harness-other")
+    foreign = harness(embedded, other, trained["release_id"])
+    assert_reef_error(foreign, 404)
+
+
+def embedded_seed(deployment: Deployment) -> Path:
+    seed = deployment.process.env["REEF_SEED_DIR"]
+    return Path(seed)
+
+
+def test_unsafe_paths_are_refused_at_publish_time(embedded: Deployment, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "skills").mkdir(parents=True)
+    (tree / "system_prompt.md").write_text("hi\n")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for publishing\n")
+    (tree / "skills" / "leak.md").symlink_to(outside)
+    with pytest.raises(UnsafePathError):
+        embedded.content.publish_dir(tree)
+    (tree / "skills" / "leak.md").unlink()
+    (tree / "skills" / "dir-link").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(UnsafePathError):
+        embedded.content.publish_dir(tree)
+
+    for bad in ("../x", "/abs", "skills/../../x", ".git/config", "a\\b"):
+        with pytest.raises(UnsafePathError):
+            embedded.content.publish_files({"system_prompt.md": "ok", bad: "evil"})
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+
+
+def test_rollback_to_unknown_or_foreign_release_is_404(embedded: Deployment) -> None:
+    scenario = embedded.create_scenario("bad-rollback")
+    other = embedded.create_scenario("bad-rollback-other")
+    foreign = embedded.propose_training(other, embedded.content.publish_files({"x.md": "other"}))
+    before = embedded.releases(scenario)
+
+    body = assert_reef_error(embedded.republish(scenario, "rollback", uuid.uuid4().hex), 404)
+    assert body["error"]["code"] == "unknown_release"
+    body = assert_reef_error(embedded.republish(scenario, "rollback", foreign["release_id"]), 404)
+    assert body["error"]["code"] == "unknown_release"
+    body = assert_reef_error(embedded.republish(scenario, "promote", foreign["release_id"]), 404)
+    assert body["error"]["code"] == "unknown_release"
+    assert_reef_error(embedded.republish(f"nope-{uuid.uuid4().hex[:8]}", "rollback", "x"), 404)
+    with embedded.client() as client:
+        missing = client.post(f"/reef/scenarios/{scenario}/rollback", json={})
+    assert_reef_error(missing, 400)
+    assert embedded.releases(scenario) == before
+
+
+def test_promote_needs_a_pending_release(embedded: Deployment) -> None:
+    scenario = embedded.create_scenario("promote")
+    creation = embedded.head(scenario)
+    served = embedded.propose_training(scenario, embedded.content.publish_files({"p.md": "one"}))
+
+    body = assert_reef_error(embedded.republish(scenario, "promote", served["release_id"]), 409)
+    assert body["error"]["code"] == "not_pending"
+    body = assert_reef_error(embedded.republish(scenario, "promote", creation["release_id"]), 409)
+    assert body["error"]["code"] == "not_pending"
+
+    held = embedded.propose_training(
+        scenario, embedded.content.publish_files({"p.md": "two"}), pending=True
+    )
+    assert embedded.head(scenario)["release_id"] == served["release_id"]
+    body = assert_reef_error(embedded.republish(scenario, "rollback", held["release_id"]), 409)
+    assert body["error"]["code"] == "pending_release"
+    assert harness(embedded, scenario).json()["files"] == {"p.md": "one"}
+
+    response = embedded.republish(scenario, "promote", held["release_id"])
+    assert response.status_code == 200, response.text
+    promoted = response.json()
+    assert promoted["operation"] == "promote"
+    assert promoted["rollback_target_release_id"] == held["release_id"]
+    assert promoted["content_id"] == held["content_id"]
+    assert promoted["parent_release_id"] == served["release_id"]
+    assert promoted["current"] is True
+    listed = embedded.releases(scenario)
+    assert listed[0]["release_id"] == promoted["release_id"]
+    assert [r["release_id"] for r in listed if r["current"]] == [promoted["release_id"]]
+    assert not any(r["pending"] for r in listed)
+    assert harness(embedded, scenario).json()["files"] == {"p.md": "two"}
+
+    again = assert_reef_error(embedded.republish(scenario, "promote", held["release_id"]), 409)
+    assert again["error"]["code"] == "not_pending"
+
+
+def test_incomplete_content_is_never_proposed_or_restored(embedded: Deployment) -> None:
+    absent = hashlib.sha256(os.urandom(32)).hexdigest()
+    present = embedded.content.store.put_bytes(b"present").oid
+    manifest = Manifest(
+        {"present.txt": ManifestEntry(present, 7), "weights.bin": ManifestEntry(absent, 12)}
+    )
+    with pytest.raises(IncompleteContentError):
+        embedded.content.save(manifest)
+    assert not embedded.content.store.exists(manifest.content_id)
+
+    scenario = embedded.create_scenario("restorable")
+    unique = os.urandom(4096)
+    doomed = embedded.propose_training(
+        scenario, embedded.content.publish_files({"adapter/adapter_model.safetensors": unique})
+    )
+    embedded.propose_training(scenario, embedded.content.publish_files({"later.md": "later"}))
+    store = embedded.content.store
+    assert isinstance(store, LocalArtifactStore)
+    (entry,) = embedded.content.load(doomed["content_id"]).values()
+    store.object_path(entry.oid).unlink()
+    before = embedded.releases(scenario)
+    body = assert_reef_error(embedded.republish(scenario, "rollback", doomed["release_id"]), 409)
+    assert body["error"]["code"] == "not_restorable"
+
+    manifest_gone = embedded.propose_training(
+        scenario, embedded.content.publish_files({"gone.md": uuid.uuid4().hex})
+    )
+    embedded.propose_training(scenario, embedded.content.publish_files({"last.md": "last"}))
+    store.object_path(manifest_gone["content_id"]).unlink()
+    body = assert_reef_error(
+        embedded.republish(scenario, "rollback", manifest_gone["release_id"]), 409
+    )
+    assert body["error"]["code"] == "not_restorable"
+    # nothing was committed by the refused rollbacks
+    after = [r["release_id"] for r in embedded.releases(scenario)]
+    assert after[2:] == [r["release_id"] for r in before]
+    assert len(after) == len(before) + 2
+
+
+def test_release_changes_need_the_admin_scope(embedded: Deployment) -> None:
+    scenario = embedded.create_scenario("scopes")
+    creation = embedded.head(scenario)
+    target = embedded.propose_training(scenario, embedded.content.publish_files({"s.md": "s"}))
+    for operation, release in (("rollback", creation), ("promote", target)):
+        with embedded.client(embedded.read_token) as client:
+            response = client.post(
+                f"/reef/scenarios/{scenario}/{operation}",
+                json={"release_id": release["release_id"]},
+            )
+        body = assert_reef_error(response, 403)
+        assert body["error"]["code"] == "insufficient_scope"
+        with embedded.client(None) as client:
+            response = client.post(
+                f"/reef/scenarios/{scenario}/{operation}",
+                json={"release_id": release["release_id"]},
+            )
+        assert_reef_error(response, 401)
+    assert embedded.head(scenario)["release_id"] == target["release_id"]
+    assert harness(embedded, scenario, token=embedded.read_token).status_code == 200
+
+
+# ---------------------------------------------------------------------------
+# reef git export + stock git / git-lfs
+
+
+def git(*args: str, cwd: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, f"git {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_git_export_clones_and_lfs_pulls_from_the_running_server(
+    embedded: Deployment, tmp_path: Path
+) -> None:
+    scenario = embedded.create_scenario("git")
+    creation = embedded.head(scenario)
+    adapter_v1, adapter_v2 = os.urandom(300_000), os.urandom(200_000) + b"\0tail"
+    second = embedded.propose_training(
+        scenario,
+        embedded.content.publish_files(
+            {
+                "system_prompt.md": "You are the adapted agent.\n",
+                "skills/a.md": SEED_FILES["skills/a.md"],
+                "adapter/adapter_model.safetensors": adapter_v1,
+                "adapter/adapter_config.json": '{"r": 8}\n',
+            }
+        ),
+    )
+    third = embedded.propose_training(
+        scenario,
+        embedded.content.publish_files(
+            {
+                "system_prompt.md": "You are the adapted agent, v2.\n",
+                "skills/a.md": "# Skill A\nv2\n",
+                "skills/b.md": "# Skill B\n",
+                "adapter/adapter_model.safetensors": adapter_v2,
+                "adapter/adapter_config.json": '{"r": 16}\n',
+            }
+        ),
+    )
+    releases = [creation, second, third]
+
+    lfs_url = f"{embedded.base_url}/reef/lfs/{scenario}"
+    bare = tmp_path / "export.git"
+    exported = run_reef(
+        "git",
+        "export",
+        scenario,
+        str(bare),
+        "--lfs-url",
+        lfs_url,
+        "--state-dir",
+        str(embedded.state_dir),
+    )
+    assert exported.returncode == 0, f"{exported.stdout}\n{exported.stderr}"
+    assert f"exported 3 release(s) of {scenario}" in exported.stdout
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_LFS_SKIP_SMUDGE": "1",
+        }
+    )
+    env.pop("GIT_DIR", None)
+    git("clone", "--quiet", str(bare), "work", cwd=tmp_path, env=env)
+    work = tmp_path / "work"
+    for key, value in (
+        ("user.name", "test"),
+        ("user.email", "test@reef.invalid"),
+        ("advice.detachedHead", "false"),
+        ("http.extraHeader", f"Authorization: Bearer {embedded.read_token}"),
+    ):
+        git("config", key, value, cwd=work, env=env)
+    git("lfs", "install", "--local", cwd=work, env=env)
+    assert (work / ".lfsconfig").read_text() == f"[lfs]\n\turl = {lfs_url}\n"
+    # without the smudge, the checkout holds the pointer
+    pointer = (work / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert pointer.startswith(b"version https://git-lfs.github.com/spec/v1\n")
+    assert hashlib.sha256(adapter_v2).hexdigest().encode() in pointer
+
+    smudging = {k: v for k, v in env.items() if k != "GIT_LFS_SKIP_SMUDGE"}
+    git("lfs", "pull", cwd=work, env=smudging)
+    assert git("rev-parse", "HEAD", cwd=work, env=env) == git(
+        "rev-parse", f"release-{third['release_id']}", cwd=work, env=env
+    )
+    tags = git("tag", "--list", "release-*", cwd=work, env=env).split()
+    assert sorted(tags) == sorted(f"release-{r['release_id']}" for r in releases)
+
+    for index, release in enumerate(releases):
+        tag = f"release-{release['release_id']}"
+        git("checkout", "--quiet", "--force", tag, cwd=work, env=smudging)
+        assert git("status", "--porcelain", cwd=work, env=env) == ""
+        checked_out = tree_files(work, skip=(".git", ".gitattributes", ".lfsconfig"))
+        expected = embedded.materialise(release["content_id"], tmp_path / f"release-{index}")
+        assert checked_out == expected, f"release {index} differs from its manifest"
+        manifest = embedded.content.load(release["content_id"])
+        assert sorted(checked_out) == sorted(manifest)
+        for path, entry in manifest.items():
+            assert hashlib.sha256(checked_out[path]).hexdigest() == entry.oid
+        message = git("log", "-1", "--format=%B", cwd=work, env=env)
+        assert f"Release-Id: {release['release_id']}" in message
+        assert f"Content-Id: {release['content_id']}" in message
+        parents = git("log", "-1", "--format=%P", cwd=work, env=env).split()
+        assert len(parents) == (0 if index == 0 else 1)
+    assert checked_out["adapter/adapter_model.safetensors"] == adapter_v2
+    assert tree_files(tmp_path / "release-1")["adapter/adapter_model.safetensors"] == adapter_v1
+
+    # the batch endpoint refuses anonymous clients and answers authenticated ones
+    oid = hashlib.sha256(adapter_v2).hexdigest()
+    batch = {
+        "operation": "download",
+        "transfers": ["basic"],
+        "objects": [{"oid": oid, "size": len(adapter_v2)}],
+    }
+    lfs_headers = {
+        "Accept": "application/vnd.git-lfs+json",
+        "Content-Type": "application/vnd.git-lfs+json",
+    }
+    anonymous = httpx.post(f"{lfs_url}/objects/batch", json=batch, headers=lfs_headers)
+    assert anonymous.status_code == 401, anonymous.text
+    assert httpx.get(f"{lfs_url}/objects/{oid}").status_code == 401
+    with embedded.client(embedded.read_token) as client:
+        answered = client.post(
+            f"/reef/lfs/{scenario}/objects/batch", json=batch, headers=lfs_headers
+        )
+    assert answered.status_code == 200, answered.text
+    (item,) = answered.json()["objects"]
+    assert item["actions"]["download"]["href"] == f"{lfs_url}/objects/{oid}"
+    basic = httpx.get(f"{lfs_url}/objects/{oid}", auth=("git", embedded.read_token), timeout=30.0)
+    assert basic.status_code == 200 and basic.content == adapter_v2
+
+
+# ---------------------------------------------------------------------------
+# Claim check
+
+
+async def raw_log_values(state_dir: Path) -> bytes:
+    """Every record (key, value, headers) of every topic of an embedded log, undecoded."""
+    log = EmbeddedLog(state_dir / "log.sqlite3")
+    chunks: list[bytes] = []
+    try:
+        for topic in topics.ALL_TOPICS:
+            async for record in log.read(topic):
+                chunks += [record.key or b"", record.value]
+                chunks += [name.encode() + value for name, value in record.headers]
+    finally:
+        await log.close()
+    return b"\n".join(chunks)
+
+
+def test_large_prompt_is_claim_checked_and_read_back_in_full(embedded: Deployment) -> None:
+    scenario = unique_scenario("claim")
+    prompt = "claim-check " + uuid.uuid4().hex + " " + "lorem ipsum " * 850
+    assert 9_000 < len(prompt.encode()) < 12_000
+    with embedded.client(scenario=scenario) as client:
+        response = client.post("/v1/chat/completions", json=chat_body(prompt))
+    assert response.status_code == 200, response.text
+    record_id = response.headers["x-reef-agent-record-id"]
+
+    async def raw_events() -> list[InferenceRecorded]:
+        log = EmbeddedLog(embedded.state_dir / "log.sqlite3")
+        codec = EventCodec()
+        found = []
+        try:
+            async for record in log.read(topics.INFERENCE):
+                if record.key == scenario.encode():
+                    event = codec.decode(record.value)
+                    assert isinstance(event, InferenceRecorded)
+                    found.append(event)
+        finally:
+            await log.close()
+        return found
+
+    deadline = time.monotonic() + 15
+    while not (events := [e for e in _run(raw_events()) if e.event_id == record_id]):
+        assert time.monotonic() < deadline, "the exchange was not recorded"
+        time.sleep(0.1)
+    (raw,) = events
+    assert raw.request_json is None
+    assert raw.request_ref is not None and raw.request_ref.startswith("sha256:")
+    stored = embedded.content.store.get_bytes(raw.request_ref.removeprefix("sha256:"))
+    assert json.loads(stored)["messages"][0]["content"] == prompt
+    # no record of any topic holds the body (processor state may: it is not the log)
+    assert prompt[:200].encode() not in _run(raw_log_values(embedded.state_dir))
+
+    with embedded.client() as client:
+        record = client.get(f"/reef/scenarios/{scenario}/records/{record_id}")
+    assert record.status_code == 200, record.text
+    assert record.json()["request"]["messages"][0]["content"] == prompt
+
+    tailed = run_reef(
+        "log",
+        "tail",
+        "--topic",
+        topics.INFERENCE,
+        "--from-beginning",
+        "--no-follow",
+        "--scenario",
+        scenario,
+        "--state-dir",
+        str(embedded.state_dir),
+    )
+    assert tailed.returncode == 0, tailed.stderr
+    lines = [json.loads(line) for line in tailed.stdout.splitlines() if line.strip()]
+    (line,) = [x for x in lines if x.get("event", {}).get("event_id") == record_id]
+    assert "error" not in line, line
+    assert line["partition"] == partition_for(scenario.encode(), 6)
+    assert json.loads(line["event"]["request_json"])["messages"][0]["content"] == prompt
