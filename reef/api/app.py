@@ -55,7 +55,9 @@ async def _start_embedded_processors(
     log = store.log
     if not isinstance(log, EmbeddedLog):
         return []
-    runtimes = [EmbeddedRuntime(log, processor, store=store) for processor in processors(settings)]
+    # processors see claim-checked bodies as references (as on Kafka and in replay): their
+    # state and outputs stay small, and a trainer resolves what it needs
+    runtimes = [EmbeddedRuntime(log, processor) for processor in processors(settings)]
     for runtime in runtimes:
         await runtime.start()
     return runtimes

@@ -14,6 +14,9 @@ or ReportRejected with a reason. Rules, in the order applied:
    conversation; the sample lists receipts in conversation (event-time) order.
 
 Event time, not wall time, drives expiry so that replay reproduces every decision.
+Bodies that were claim-checked stay references (``{"claim": "sha256:<oid>"}``) in the
+state and in samples, so no state or sample record grows with a body; trainers resolve
+them with :class:`reef.artifacts.ClaimCheck` (session merging skips such records).
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ class JoinProcessor:
         key = f"rec/{event.event_id}"
         if not event.complete or state.get(key) is not None:
             return []
-        request = _loads(event.request_json)
-        response = _loads(event.response_json)
+        request = _body(event.request_json, event.request_ref)
+        response = _body(event.response_json, event.response_ref)
         record: dict[str, Any] = {
             "scenario": event.scenario,
             "release_id": event.release_id,
@@ -312,6 +315,13 @@ def _rejected(
 
 def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _body(text: str | None, ref: str | None) -> Any:
+    """The body as JSON, or ``{"claim": ref}`` when it lives in the artifact store."""
+    if ref is not None:
+        return {"claim": ref}
+    return _loads(text)
 
 
 def _loads(text: str | None) -> Any:

@@ -1,0 +1,41 @@
+"""Errors of the serving engine (a subtree of :class:`reef.errors.ReefError`).
+
+    ReefError
+    └── EngineError                 the local engine, its control API or a client of it
+        ├── WeightLoadError         new weights could not be loaded; the old ones keep serving
+        ├── AdapterError            a LoRA adapter could not be loaded, unloaded or found
+        ├── WeightsGroupError       the weight-update process group could not be joined or used
+        ├── WeightPublishError      the trainer side of a weight broadcast failed
+        └── EngineUnavailableError  an engine could not be reached or answered nonsense
+
+The engine answers every control request with SGLang's ``{success: false, message}``
+shape instead of raising past its routes; clients raise these on transport errors.
+"""
+
+from __future__ import annotations
+
+from reef.errors import ReefError
+
+
+class EngineError(ReefError):
+    """The serving engine or a client of its control API failed."""
+
+
+class WeightLoadError(EngineError):
+    """New weights were rejected (missing path, name or shape mismatch); nothing was swapped."""
+
+
+class AdapterError(EngineError):
+    """A LoRA adapter could not be loaded, unloaded, or is not loaded."""
+
+
+class WeightsGroupError(EngineError):
+    """The weight-update process group could not be created, used or destroyed."""
+
+
+class WeightPublishError(EngineError):
+    """Publishing weights to engines over a process group failed."""
+
+
+class EngineUnavailableError(EngineError):
+    """An engine could not be reached, timed out, or answered with an unexpected body."""

@@ -1,0 +1,1 @@
+"""The engine sidecar: follows the release chain and hot-loads weights into one engine."""
