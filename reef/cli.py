@@ -7,7 +7,9 @@ from typing import Any
 import click
 
 from reef import __version__
+from reef.audit_cli import audit_group
 from reef.errors import ReefError
+from reef.export import export
 from reef.git_cli import git
 from reef.log.cli import log, topics
 from reef.replay_cli import replay_command
@@ -41,3 +43,5 @@ main.add_command(streams)
 main.add_command(stack)
 main.add_command(git)
 main.add_command(status)
+main.add_command(audit_group)
+main.add_command(export)
