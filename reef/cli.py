@@ -8,12 +8,14 @@ import click
 
 from reef import __version__
 from reef.audit_cli import audit_group
+from reef.engine.cli import engine
 from reef.errors import ReefError
 from reef.export import export
 from reef.git_cli import git
 from reef.log.cli import log, topics
 from reef.replay_cli import replay_command
 from reef.serve import serve
+from reef.sidecar.cli import sidecar
 from reef.stack.cli import stack
 from reef.status_cli import status
 from reef.streams_cli import streams
@@ -45,3 +47,9 @@ main.add_command(git)
 main.add_command(status)
 main.add_command(audit_group)
 main.add_command(export)
+main.add_command(sidecar)
+main.add_command(engine)
+
+
+if __name__ == "__main__":
+    main()

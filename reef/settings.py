@@ -72,6 +72,13 @@ class Settings(BaseModel):
     )
     seed_dir: Path | None = Field(None, description="Folder new scenarios start from.")
 
+    engine_model: str = Field(
+        "tiny", description="Model of the local engine started when no upstream is set."
+    )
+    engine_scenario: str | None = Field(
+        None, description="Scenario whose releases the local engine hot-loads (sidecar)."
+    )
+
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")
     upstream_model: str | None = Field(None, description="Model forced on upstream requests.")

@@ -1,8 +1,10 @@
 """The FastAPI application and the lifespan that owns its resources.
 
 Start order: open the log and ensure topics → replay the projection to the log's end →
-open the upstream client → serve. Shutdown reverses it after in-flight background
-records (diagnostic stream records) are flushed.
+start the embedded processors (embedded log) → start the local engine and its sidecar
+(no upstream configured) → open the upstream client → serve. Shutdown runs the same
+steps in reverse, after in-flight background records (diagnostic stream records) are
+flushed.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from reef.api.metrics import Metrics
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
+from reef.engine.engine_client import AsyncEngineClient
 from reef.eventstore import EventStore
-from reef.log import open_log
+from reef.local_engine import local_engine
+from reef.log import open_log, running
 from reef.log.embedded import EmbeddedLog
 from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
 from reef.releases import ContentStore, open_store
 from reef.settings import Settings
+from reef.sidecar.runner import Sidecar, SidecarConfig
 from reef.topics import ALL_TOPICS
 
 logger = logging.getLogger(__name__)
@@ -67,12 +72,13 @@ def create_app(settings: Settings) -> FastAPI:
     """Build the app; configuration errors (e.g. no token) raise here, before serving."""
     tokens = registry_from(settings)
     producer = producer_name(settings)
+    metrics = Metrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        log = open_log(settings, client_id=f"reef-api-{producer}")
-        await log.start()
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            log = open_log(settings, client_id=f"reef-api-{producer}")
+            await stack.enter_async_context(running(log))
             await log.ensure_topics(list(ALL_TOPICS))
             artifacts = open_store(settings)
             content = ContentStore(artifacts)
@@ -80,10 +86,26 @@ def create_app(settings: Settings) -> FastAPI:
             store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
             projection = ProjectionFollower(store)
             await projection.start()
+            stack.push_async_callback(projection.close)
             runtimes = await _start_embedded_processors(settings, store)
-            upstream = Upstream(settings)
+            for runtime in runtimes:
+                stack.push_async_callback(runtime.close)
+            serving = settings
+            if settings.upstream_url is None:
+                engine_url = await stack.enter_async_context(
+                    local_engine(settings.engine_model, settings.state_dir / "logs")
+                )
+                serving = settings.model_copy(
+                    update={"upstream_url": f"{engine_url}/v1", "upstream_dialect": "openai"}
+                )
+                if settings.engine_scenario:
+                    await stack.enter_async_context(
+                        _sidecar(settings, store, content, engine_url, producer)
+                    )
+            upstream = Upstream(serving)
+            stack.push_async_callback(upstream.aclose)
             ctx = AppContext(
-                settings,
+                serving,
                 producer,
                 store,
                 projection,
@@ -93,22 +115,13 @@ def create_app(settings: Settings) -> FastAPI:
                 seed_content_id=seed,
                 runtimes=runtimes,
             )
+            stack.push_async_callback(ctx.drain)
             app.state.ctx = ctx
             metrics.bind(ctx)
             store.observe_append = metrics.append_seconds.observe
             app.state.report_desk = ReportDesk()
-            try:
-                yield
-            finally:
-                await ctx.drain()
-                for runtime in runtimes:
-                    await runtime.close()
-                await projection.close()
-                await upstream.aclose()
-        finally:
-            await log.close()
+            yield
 
-    metrics = Metrics()
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
     app.state.metrics = metrics
     app.middleware("http")(metrics.middleware)
@@ -116,3 +129,26 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)
     return app
+
+
+@contextlib.asynccontextmanager
+async def _sidecar(
+    settings: Settings, store: EventStore, content: ContentStore, engine_url: str, producer: str
+) -> AsyncIterator[None]:
+    """The local engine's sidecar, in-process: it hot-loads ``engine_scenario``'s releases."""
+    assert settings.engine_scenario is not None
+    config = SidecarConfig(
+        engine_id="local",
+        scenario=settings.engine_scenario,
+        cache_dir=settings.state_dir / "engine-cache",
+        producer=producer,
+    )
+    engine = AsyncEngineClient(engine_url)
+    task = asyncio.create_task(Sidecar(config, store, content, engine).run(), name="sidecar")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await engine.aclose()

@@ -41,6 +41,8 @@ router = APIRouter()
 
 RECEIPT_HEADER = "x-reef-agent-record-id"
 RELEASE_HEADER = "x-reef-release-id"
+#: how ``reef engine`` (and SGLang through meta_info) reports the weights that answered
+WEIGHT_VERSION_HEADER = "x-weight-version"
 
 
 @dataclass(slots=True)
@@ -59,6 +61,23 @@ class Exchange:
     started: float
     upstream_started: float = 0.0
     upstream_done: float = 0.0
+    #: the scenario's releases, to recognise an engine's weight version as one of them
+    releases: frozenset[str] = frozenset()
+    weight_version: str | None = None
+
+    def observe_version(self, version: object) -> None:
+        """The engine's reported weight version (SGLang/local engines; None elsewhere)."""
+        if isinstance(version, str) and version:
+            self.weight_version = version
+
+    @property
+    def served_release_id(self) -> str | None:
+        """The release the engine actually used, when its weight version names one."""
+        return self.weight_version if self.weight_version in self.releases else None
+
+    @property
+    def receipt_release(self) -> str:
+        return self.served_release_id or self.release_id
 
     def record(
         self,
@@ -79,6 +98,8 @@ class Exchange:
             dialect=self.dialect,
             route=self.route,
             release_id=self.release_id,
+            served_release_id=self.served_release_id,
+            weight_version=self.weight_version,
             model=self.model,
             stream=self.stream,
             status=status,
@@ -164,6 +185,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         stream=body.get("stream") is True,
         tags=tags_of(request),
         started=started,
+        releases=frozenset(r.release_id for r in view.releases),
     )
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     exchange.upstream_started = time.perf_counter()
@@ -171,6 +193,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     request.app.state.metrics.upstream_seconds.labels(route).observe(
         time.perf_counter() - exchange.upstream_started
     )
+    exchange.observe_version(upstream_response.headers.get(WEIGHT_VERSION_HEADER))
     if upstream_response.status_code >= 400:
         if exchange.stream:
             await upstream_response.aread()
@@ -180,7 +203,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         return StreamingResponse(
             _relay_stream(ctx, exchange, upstream_response),
             media_type="text/event-stream",
-            headers={RELEASE_HEADER: exchange.release_id, "cache-control": "no-store"},
+            headers={RELEASE_HEADER: exchange.receipt_release, "cache-control": "no-store"},
         )
     return await _buffered(ctx, exchange, upstream_response)
 
@@ -194,11 +217,17 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Respons
     except ValueError:
         parsed = None
     usage = usage_of(parsed) if isinstance(parsed, dict) else (None, None)
+    if isinstance(parsed, dict):
+        meta = parsed.get("meta_info")
+        exchange.observe_version(
+            parsed.get("weight_version")
+            or (meta.get("weight_version") if isinstance(meta, dict) else None)
+        )
     event = exchange.record(
         ctx, status=upstream.status_code, complete=True, response=text, usage=usage
     )
     await ctx.store.append(event)
-    headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.release_id}
+    headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.receipt_release}
     return Response(
         content,
         status_code=upstream.status_code,

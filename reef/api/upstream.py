@@ -70,6 +70,8 @@ class Upstream:
         if not self.configured:
             raise RequestError(502, "no_upstream", "no upstream is configured for this deployment")
         headers = {name: client[name] for name in FORWARDED_HEADERS if name in client}
+        if body is not None:  # Reef parsed it as JSON, whatever the client declared
+            headers["content-type"] = "application/json"
         if self._key:
             if self.dialect == "anthropic":
                 headers["x-api-key"] = self._key

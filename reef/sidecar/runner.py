@@ -1,0 +1,215 @@
+"""The sidecar loop: bring one engine to its scenario's head and keep it there.
+
+Order of work, written down once:
+
+1. Fold ``reef.releases`` from the beginning to the end offsets into the scenario's head.
+2. Load the head if the engine does not report it as its weight version (fresh start,
+   or an engine that restarted and came back on its base weights).
+3. Follow ``reef.releases``; every new serving head is loaded the same way. Every
+   ``check_seconds`` the engine's reported version is compared with the head again.
+
+Loading: the release's manifest is materialised from the artifact store into a cache
+(every object sha256-verified; a corrupted object stops the load), then a PEFT adapter
+folder is loaded with ``/load_lora_adapter`` and anything else with
+``/update_weights_from_disk``, naming the release id as the weight version. Only an
+engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
+unreachable engine or store produces EngineLoadFailed and a retry with exponential
+backoff (the engine keeps serving what it had). The committed consumer position of
+group ``sidecar:<engine id>`` records the last release the engine acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from reef import topics
+from reef.artifacts import materialise_cached
+from reef.engine.engine_client import AsyncEngineClient
+from reef.errors import LogError, ReefError
+from reef.events import EngineLoaded, EngineLoadFailed, utc_now
+from reef.eventstore import EventStore
+from reef.ids import EMPTY_CONTENT_ID, derived_id
+from reef.log.base import LogRecord
+from reef.log.partitioner import partition_for
+from reef.releases import ContentStore
+from reef.sidecar.plan import HeadTracker, Wanted
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_MARKER = "adapter_config.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    engine_id: str
+    scenario: str
+    cache_dir: Path
+    producer: str
+    check_seconds: float = 2.0
+    first_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 30.0
+
+
+class LoadRefusedError(ReefError):
+    """The engine answered ``success: false``."""
+
+
+class Sidecar:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        store: EventStore,
+        content: ContentStore,
+        engine: AsyncEngineClient,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.content = content
+        self.engine = engine
+        self.tracker = HeadTracker(frozenset({config.scenario}))
+        self.loaded: str | None = None
+        self._base_path: str | None = None
+        #: the adapter loaded for the head, and the base version it was loaded onto
+        self._adapter: str | None = None
+        self._adapter_base_version: str | None = None
+
+    async def run(self) -> None:
+        """Forever: follow the chain and keep the engine on the head."""
+        partition = partition_for(self.config.scenario.encode(), self.store.log.partitions)
+        position = 0
+        async for record in self.store.log.read(topics.RELEASES, partitions=[partition]):
+            self._apply(record)
+            position = record.offset + 1
+        follower = asyncio.create_task(self._follow(partition, position))
+        try:
+            while True:
+                await self._converge()
+                await asyncio.sleep(self.config.check_seconds)
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _follow(self, partition: int, position: int) -> None:
+        async for record in self.store.log.read(
+            topics.RELEASES, partitions=[partition], start={partition: position}, follow=True
+        ):
+            if self._apply(record):
+                await self._converge()
+
+    def _apply(self, record: LogRecord) -> bool:
+        stored = self.store.decode(record)
+        return stored.event is not None and self.tracker.apply(stored.event) is not None
+
+    async def _converge(self) -> None:
+        """Load the head until the engine serves it (retries with backoff)."""
+        wanted = self.tracker.heads.get(self.config.scenario)
+        if wanted is None:
+            return
+        backoff = self.config.first_backoff_seconds
+        attempt = 1
+        while True:
+            try:
+                if await self._serving() == wanted.release_id:
+                    return
+                await self._load(wanted)
+                return
+            except (ReefError, OSError) as exc:
+                logger.warning(
+                    "load of %s failed (attempt %d): %s", wanted.release_id, attempt, exc
+                )
+                await self._report_failure(wanted, exc, attempt)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.config.max_backoff_seconds)
+            attempt += 1
+            if self.tracker.heads.get(self.config.scenario) != wanted:
+                return  # a newer head arrived: load that one instead
+
+    async def _serving(self) -> str | None:
+        info = await self.engine.model_info()
+        if self._base_path is None:
+            self._base_path = info.model_path
+        if self._adapter is not None and info.weight_version != self._adapter_base_version:
+            self._adapter = None  # the engine restarted: its adapters are gone
+        return self._adapter or info.weight_version
+
+    async def _load(self, wanted: Wanted) -> None:
+        started = time.perf_counter()
+        folder = await asyncio.to_thread(self._materialise, wanted.content_id)
+        if folder is not None and (folder / ADAPTER_MARKER).exists():
+            method = "lora"
+            result = await self.engine.load_lora_adapter(wanted.release_id, str(folder))
+            if not result.success:
+                raise LoadRefusedError(result.error_message or "adapter refused")
+            previous, self._adapter = self._adapter, wanted.release_id
+            self._adapter_base_version = (await self.engine.model_info()).weight_version
+            if previous is not None:
+                await self.engine.unload_lora_adapter(previous)
+            version = wanted.release_id
+        else:
+            method = "disk"
+            path = str(folder) if folder is not None else self._base_path
+            if path is None:
+                raise LoadRefusedError("no base model path to load")
+            update = await self.engine.update_weights_from_disk(path, wanted.release_id)
+            if not update.success:
+                raise LoadRefusedError(update.message)
+            self._adapter = None
+            version = (await self.engine.model_info()).weight_version or wanted.release_id
+        load_ms = (time.perf_counter() - started) * 1000
+        await self.store.append(
+            EngineLoaded(
+                event_id=derived_id(
+                    "engine-loaded", self.config.engine_id, wanted.release_id, str(time.time_ns())
+                ),
+                scenario=self.config.scenario,
+                occurred_at=utc_now(),
+                producer=self.config.producer,
+                engine_id=self.config.engine_id,
+                release_id=wanted.release_id,
+                weight_version=version,
+                method=method,
+                load_ms=load_ms,
+            )
+        )
+        self.loaded = wanted.release_id
+        logger.info(
+            "engine %s serves %s (%s, %.0f ms)",
+            self.config.engine_id,
+            wanted.release_id,
+            method,
+            load_ms,
+        )
+
+    def _materialise(self, content_id: str) -> Path | None:
+        """The release's files (verified), or None for the base weights (empty content)."""
+        if content_id == EMPTY_CONTENT_ID:
+            return None
+        manifest = self.content.load(content_id)
+        return materialise_cached(self.content.store, manifest, self.config.cache_dir)
+
+    async def _report_failure(self, wanted: Wanted, exc: Exception, attempt: int) -> None:
+        with contextlib.suppress(LogError):
+            await self.store.append(
+                EngineLoadFailed(
+                    event_id=derived_id(
+                        "engine-failed",
+                        self.config.engine_id,
+                        wanted.release_id,
+                        str(attempt),
+                        str(time.time_ns()),
+                    ),
+                    scenario=self.config.scenario,
+                    occurred_at=utc_now(),
+                    producer=self.config.producer,
+                    engine_id=self.config.engine_id,
+                    release_id=wanted.release_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                    attempt=attempt,
+                )
+            )
