@@ -71,6 +71,17 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
 
 
+#: ISO 8601 as operators write it: date, seconds, fractions, an offset or ``Z``
+_SINCE_FORMATS = [
+    "%Y-%m-%d",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%dT%H:%M:%S%z",
+    "%Y-%m-%dT%H:%M:%S.%f%z",
+]
+
+
 def _iso(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
@@ -80,7 +91,11 @@ def _iso(value: Any) -> str:
 @click.command("export")
 @click.option("--topic", required=True, type=click.Choice(ALL_TOPICS))
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl")
-@click.option("--since", type=click.DateTime(), help="Only events that occurred at/after (UTC).")
+@click.option(
+    "--since",
+    type=click.DateTime(_SINCE_FORMATS),
+    help="Only events that occurred at/after this ISO 8601 time (UTC unless it has an offset).",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 @log_options
 def export(

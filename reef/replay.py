@@ -90,8 +90,20 @@ async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
 
         tables = await log.query(load)
     else:
-        tables = {name: await _changelog_table(log, name) for name in names}
+        tables = {name: _json_keys(await _changelog_table(log, name)) for name in names}
     return {name: state_digest(tables.get(name, {})) for name in names}
+
+
+def _json_keys(table: dict[str, Any]) -> dict[str, Any]:
+    """Faust writes a ``str``-keyed table's keys JSON-encoded (``'"rec/..."'``): decode them."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        try:
+            decoded = json.loads(key)
+        except ValueError:
+            decoded = key
+        out[decoded if isinstance(decoded, str) else key] = value
+    return out
 
 
 async def _changelog_table(log: EventLog, name: str) -> dict[str, Any]:

@@ -27,13 +27,20 @@ def status(url: str, token: str | None) -> None:
 
 
 def render(body: dict[str, Any], console: Console) -> None:
-    console.print(f"[bold]Reef[/bold] {body['producer']} on the {body['log']} log; "
-                  f"samples pending: {body.get('samples_pending', 0)}")
+    console.print(
+        f"[bold]Reef[/bold] {body['producer']} on the {body['log']} log; "
+        f"samples pending: {body.get('samples_pending', 0)}"
+    )
     scenarios = Table("scenario", "recipe", "head release", "releases", "engines")
     for name, info in body["scenarios"].items():
         engines = ", ".join(f"{e}→{v['release_id'][:12]}" for e, v in info["engines"].items())
-        scenarios.add_row(name, info["recipe"], info["head_release_id"][:16],
-                          str(info["releases"]), engines or "-")
+        scenarios.add_row(
+            name,
+            info["recipe"],
+            info["head_release_id"][:16],
+            str(info["releases"]),
+            engines or "-",
+        )
     console.print(scenarios)
     lag = Table("processor", "host", "input", "lag")
     for name, info in body["processors"].items():
