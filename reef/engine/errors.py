@@ -3,6 +3,7 @@
     ReefError
     └── EngineError                 the local engine, its control API or a client of it
         ├── WeightLoadError         new weights could not be loaded; the old ones keep serving
+        ├── ContextTooLongError     a prompt is empty or does not fit the context window
         ├── AdapterError            a LoRA adapter could not be loaded, unloaded or found
         ├── WeightsGroupError       the weight-update process group could not be joined or used
         ├── WeightPublishError      the trainer side of a weight broadcast failed
@@ -23,6 +24,10 @@ class EngineError(ReefError):
 
 class WeightLoadError(EngineError):
     """New weights were rejected (missing path, name or shape mismatch); nothing was swapped."""
+
+
+class ContextTooLongError(EngineError):
+    """The prompt is empty or does not fit the model's context window."""
 
 
 class AdapterError(EngineError):

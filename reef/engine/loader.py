@@ -1,0 +1,65 @@
+"""Resolve ``--model`` (a built-in name or a Hugging Face folder) to an :class:`EngineModel`.
+
+Folders are read with ``local_files_only``: the engine never reaches a model hub.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from reef.engine.errors import WeightLoadError
+from reef.engine.model import EngineModel
+from reef.engine.tiny import BUILTIN_MODELS, build_model, build_tokenizer
+
+DEFAULT_CONTEXT = 2048
+
+
+def _from_folder(path: Path, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    if not path.is_dir():
+        raise WeightLoadError(f"--model {str(path)!r} is neither a built-in model nor a folder")
+    # fp32 on CPU (bf16/fp16 matmuls are slow or missing there); the folder's dtype on GPU
+    dtype: Any = torch.float32 if device.type == "cpu" else "auto"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise WeightLoadError(f"cannot load model folder {str(path)!r}: {exc}") from exc
+    return model, tokenizer
+
+
+def load_engine_model(spec: str, *, device: str, weight_version: str) -> EngineModel:
+    """Build or read the model and its tokenizer and place the model on ``device``."""
+    target = torch.device(device)
+    if spec in BUILTIN_MODELS:
+        model: torch.nn.Module = build_model(BUILTIN_MODELS[spec])
+        tokenizer: Any = build_tokenizer()
+    else:
+        model, tokenizer = _from_folder(Path(spec), target)
+    return EngineModel(
+        model.to(target).eval(), tokenizer, model_path=spec, weight_version=weight_version
+    )
+
+
+def context_window(model: torch.nn.Module) -> int:
+    """The model's maximum sequence length (``max_position_embeddings``)."""
+    config = getattr(model, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_CONTEXT
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    """Token ids that end a generation: the generation config's and the tokenizer's eos."""
+    found: set[int] = set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, list):
+            found.update(v for v in value if isinstance(v, int))
+    if isinstance(tokenizer.eos_token_id, int):
+        found.add(tokenizer.eos_token_id)
+    return frozenset(found)

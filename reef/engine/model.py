@@ -1,0 +1,177 @@
+"""The served model as a sequence of immutable snapshots, swapped atomically.
+
+Read side: a request calls :meth:`EngineModel.snapshot` once and runs entirely on that
+snapshot's module, so it sees one weight version from its first token to its last.
+
+Write side (one update at a time, under ``_updating``):
+
+1. read and check the new weights (names, shapes) against the current base;
+2. build the new module(s) off to the side (:func:`reef.engine.weights.with_weights`,
+   :func:`reef.engine.adapters.merge_adapter`) — requests keep running meanwhile;
+3. publish: assign the new snapshot under ``_lock`` — one reference, so a request sees
+   either all of the old version (module + ``weight_version``) or all of the new one.
+
+A failure in steps 1 or 2 raises before 3: nothing is swapped and the old weights keep serving.
+
+``update_weights_from_disk`` also accepts a built-in model name (``tiny``): the engine
+rebuilds those weights (the same in every process), so a base release of the built-in
+model can be restored without a folder.
+
+LoRA rule: ``load_lora_adapter`` adds a *named* adapter (used by requests that name it
+in ``lora_path`` / ``model``); ``update_weights_from_disk`` with a PEFT adapter folder
+sets the *default* adapter: requests that name none are served by ``base ⊕ adapter``.
+The base is kept, so the next adapter replaces the previous one instead of stacking on
+it; a full-weights update replaces the base, clears the default adapter and re-merges
+every named adapter onto the new base (from its folder).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from reef.engine.adapters import merge_adapter
+from reef.engine.errors import AdapterError
+from reef.engine.tiny import BUILTIN_MODELS, build_model
+from reef.engine.weights import (
+    check_compatible,
+    complete_tied,
+    is_adapter_dir,
+    read_safetensors_dir,
+    with_weights,
+)
+
+
+def _read_weights(path: str, load_format: str | None) -> dict[str, torch.Tensor]:
+    """A folder's safetensors, or the weights of a built-in model name (``tiny``)."""
+    if path in BUILTIN_MODELS and not Path(path).exists():
+        return dict(build_model(BUILTIN_MODELS[path]).state_dict())
+    return read_safetensors_dir(path, load_format)
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """A named LoRA adapter, merged onto the base of its snapshot."""
+
+    name: str
+    path: str
+    pinned: bool
+    model: torch.nn.Module
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One weight version: everything a request needs; never mutated."""
+
+    weight_version: str
+    base: torch.nn.Module
+    #: ``base ⊕ default adapter``, or ``base``
+    model: torch.nn.Module
+    default_adapter: str | None = None
+    adapters: Mapping[str, Adapter] = field(default_factory=lambda: MappingProxyType({}))
+
+    def module_for(self, adapter: str | None) -> torch.nn.Module:
+        """The module serving requests that name ``adapter`` (``None``: the default)."""
+        if adapter is None:
+            return self.model
+        found = self.adapters.get(adapter)
+        if found is None:
+            raise AdapterError(f"LoRA adapter {adapter!r} is not loaded")
+        return found.model
+
+
+class EngineModel:
+    """Holds the tokenizer and the current :class:`Snapshot`; applies updates."""
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, *, model_path: str, weight_version: str
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.device = next(model.parameters()).device
+        self._lock = threading.Lock()
+        self._updating = threading.Lock()
+        self._current = Snapshot(weight_version, model.eval(), model.eval())
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._current
+
+    @property
+    def weight_version(self) -> str:
+        return self.snapshot().weight_version
+
+    def loaded_adapters(self) -> dict[str, str]:
+        """Adapter name → path, as SGLang's ``loaded_adapters``."""
+        return {name: adapter.path for name, adapter in self.snapshot().adapters.items()}
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._current = snapshot
+
+    def update_from_disk(
+        self, path: str, *, weight_version: str | None, load_format: str | None = None
+    ) -> str:
+        """Full weights (safetensors folder) or a PEFT adapter folder (default adapter)."""
+        with self._updating:
+            current = self.snapshot()
+            version = weight_version or current.weight_version
+            if is_adapter_dir(path):
+                merged = merge_adapter(current.base, path)
+                self._publish(
+                    replace(
+                        current, weight_version=version, model=merged, default_adapter=str(path)
+                    )
+                )
+                return f"Succeeded to update model weights (default LoRA adapter {path})."
+            tensors = complete_tied(current.base, _read_weights(path, load_format))
+            check_compatible(current.base.state_dict(), tensors)
+            self._publish(self._rebased(current, with_weights(current.base, tensors), version))
+            return "Succeeded to update model weights."
+
+    def update_from_tensors(
+        self, tensors: Mapping[str, torch.Tensor], *, weight_version: str | None
+    ) -> str:
+        """Replace the named base tensors (all, or one bucket of them) in one swap."""
+        with self._updating:
+            current = self.snapshot()
+            version = weight_version or current.weight_version
+            base = with_weights(current.base, tensors)
+            self._publish(self._rebased(current, base, version))
+            return f"Succeeded to update {len(tensors)} parameters."
+
+    @staticmethod
+    def _rebased(current: Snapshot, base: torch.nn.Module, version: str) -> Snapshot:
+        adapters = {
+            name: replace(adapter, model=merge_adapter(base, adapter.path))
+            for name, adapter in current.adapters.items()
+        }
+        return Snapshot(version, base, base, None, MappingProxyType(adapters))
+
+    def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> dict[str, str]:
+        """Add (or replace) the named adapter; returns the loaded adapters."""
+        if not name:
+            raise AdapterError("lora_name must not be empty")
+        with self._updating:
+            current = self.snapshot()
+            if name in current.adapters:
+                raise AdapterError(f"LoRA adapter {name!r} is already loaded")
+            merged = merge_adapter(current.base, Path(path))
+            adapters = {**current.adapters, name: Adapter(name, path, pinned, merged)}
+            self._publish(replace(current, adapters=MappingProxyType(adapters)))
+        return self.loaded_adapters()
+
+    def unload_adapter(self, name: str) -> dict[str, str]:
+        with self._updating:
+            current = self.snapshot()
+            if name not in current.adapters:
+                raise AdapterError(f"LoRA adapter {name!r} is not loaded")
+            adapters = {key: value for key, value in current.adapters.items() if key != name}
+            self._publish(replace(current, adapters=MappingProxyType(adapters)))
+        return self.loaded_adapters()

@@ -1,0 +1,137 @@
+"""The built-in tiny model: a character-level Llama built in code, no hub download.
+
+Every process that calls :func:`build_model` with the same seed gets bit-identical
+weights (the initialiser draws from a private, seeded RNG), so two engines, a trainer
+and a test all start from the same base without sharing files. The ``"100m"`` size has
+the same tokenizer and ~100M parameters; it exists for the reload benchmark and is never
+trained.
+
+The tokenizer maps one character to one token (lower-cased; anything outside the
+vocabulary is ``<unk>``) and carries a chat template::
+
+    <bos><|user|>hello<eos><|assistant|>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+Size = Literal["tiny", "100m"]
+
+#: the seed every process uses for the built-in weights
+TINY_SEED: Final = 1234
+#: ``--model`` names that build a model in code instead of reading a folder
+BUILTIN_MODELS: Final[dict[str, Size]] = {"tiny": "tiny", "tiny-100m": "100m"}
+
+SPECIAL_TOKENS: Final = (
+    "<pad>",
+    "<bos>",
+    "<eos>",
+    "<unk>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|tool|>",
+)
+CHARACTERS: Final = "abcdefghijklmnopqrstuvwxyz0123456789 \n.,!?:;'\"-()/_*+=%#@&[]"
+ROLES: Final = ("system", "user", "assistant", "tool")
+
+#: one ``<|role|>content<eos>`` block per message; unknown roles are read as ``user``
+CHAT_TEMPLATE: Final = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% set role = message['role'] if message['role'] in " + repr(list(ROLES)) + " else 'user' %}"
+    "<|{{ role }}|>{{ message['content'] or '' }}{{ eos_token }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int = 1024
+
+
+_SHAPES: Final[dict[Size, _Shape]] = {
+    # ~109k parameters: the model of reference/learning-notes.md
+    "tiny": _Shape(64, 176, 2, 4),
+    # ~101M parameters, same vocabulary (only the reload benchmark uses it)
+    "100m": _Shape(1024, 2752, 8, 16),
+}
+
+
+def vocabulary() -> dict[str, int]:
+    """Token → id: the special tokens first (``<pad>`` is 0), then one id per character."""
+    return {token: index for index, token in enumerate((*SPECIAL_TOKENS, *CHARACTERS))}
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The character tokenizer with its chat template, built in code."""
+    vocab = vocabulary()
+    core = Tokenizer(models.WordLevel(vocab, SPECIAL_TOKENS[3]))
+    core.normalizer = normalizers.Lowercase()
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    roles = dict(zip(("pad", "bos", "eos", "unk"), SPECIAL_TOKENS, strict=False))
+    factory: Any = PreTrainedTokenizerFast  # transformers' constructors are untyped
+    tokenizer: PreTrainedTokenizerFast = factory(
+        tokenizer_object=core,
+        **{f"{role}_token": token for role, token in roles.items()},
+        additional_special_tokens=list(SPECIAL_TOKENS[4:]),
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_config(size: Size = "tiny") -> LlamaConfig:
+    """The Llama configuration of a built-in size (fp32, untied embeddings)."""
+    vocab = vocabulary()
+    shape = _SHAPES[size]
+    return LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_attention_heads,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<eos>"],
+        pad_token_id=vocab["<pad>"],
+        dtype="float32",
+    )
+
+
+def build_model(size: Size = "tiny", *, seed: int = TINY_SEED) -> LlamaForCausalLM:
+    """A randomly initialised model, identical in every process for the same seed."""
+    factory: Any = LlamaForCausalLM  # transformers' constructors are untyped
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model: LlamaForCausalLM = factory(build_config(size))
+    model.train(False)
+    return model
+
+
+def save_tiny(directory: str | Path, *, size: Size = "tiny", seed: int = TINY_SEED) -> Path:
+    """Write a Hugging Face folder (config, safetensors weights, tokenizer files)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    build_model(size, seed=seed).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(parameter.numel() for parameter in model.parameters())

@@ -1,0 +1,1 @@
+"""Tests of the local serving engine (reef/engine): tiny model, HTTP API, hot reload."""
