@@ -54,15 +54,37 @@ from reef.engine.config import EngineConfig
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
-def engine(**options: object) -> None:
+def engine(
+    *,
+    model: str,
+    host: str,
+    port: int,
+    weight_version: str,
+    device: str,
+    served_model_name: str | None,
+    max_concurrency: int,
+    group_timeout_s: float,
+    log_level: str,
+) -> None:
     """Serve a model over SGLang's native API and OpenAI chat completions.
 
     \b
     reef engine --model tiny --port 30000
     curl localhost:30000/get_model_info
     """
-    config = EngineConfig(**options)  # type: ignore[arg-type]
-    run(config)
+    run(
+        EngineConfig(
+            model=model,
+            host=host,
+            port=port,
+            weight_version=weight_version,
+            device=device,
+            served_model_name=served_model_name,
+            max_concurrency=max_concurrency,
+            group_timeout_s=group_timeout_s,
+            log_level=log_level,
+        )
+    )
 
 
 def run(config: EngineConfig) -> None:

@@ -18,7 +18,9 @@ most one at a time. gloo moves CPU tensors, NCCL moves CUDA tensors.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Final
 
@@ -42,6 +44,15 @@ class WeightsUpdateGroup:
         self.name: str | None = None
         self.backend: str | None = None
 
+    @contextlib.contextmanager
+    def _on_device(self) -> Iterator[None]:
+        """CUDA's current device is per thread, and each call may run in another one."""
+        if self._device.type == "cuda":
+            with torch.cuda.device(self._device):
+                yield
+        else:
+            yield
+
     def join(self, request: InitWeightsUpdateGroupReqInput) -> None:
         """Blocks until all ``world_size`` ranks have joined (or the timeout)."""
         if request.backend not in BACKENDS:
@@ -52,13 +63,14 @@ class WeightsUpdateGroup:
             if self.name is not None or dist.is_initialized():
                 raise WeightsGroupError(f"a weight update group ({self.name}) already exists")
             try:
-                dist.init_process_group(
-                    request.backend,
-                    init_method=f"tcp://{request.master_address}:{request.master_port}",
-                    world_size=request.world_size,
-                    rank=request.rank_offset,
-                    timeout=self._timeout,
-                )
+                with self._on_device():
+                    dist.init_process_group(
+                        request.backend,
+                        init_method=f"tcp://{request.master_address}:{request.master_port}",
+                        world_size=request.world_size,
+                        rank=request.rank_offset,
+                        timeout=self._timeout,
+                    )
             except (RuntimeError, ValueError) as exc:
                 raise WeightsGroupError(f"cannot join the weight update group: {exc}") from exc
             self.name, self.backend = request.group_name, request.backend
@@ -85,10 +97,11 @@ class WeightsUpdateGroup:
                 for name, dtype, shape in zip(names, dtypes, shapes, strict=True)
             ]
             try:
-                handles = [dist.broadcast(t, src=0, async_op=True) for _, t in tensors]
-                for handle in handles:
-                    if handle is not None:
-                        handle.wait()
+                with self._on_device():
+                    handles = [dist.broadcast(t, src=0, async_op=True) for _, t in tensors]
+                    for handle in handles:
+                        if handle is not None:
+                            handle.wait()
             except RuntimeError as exc:
                 raise WeightsGroupError(f"broadcast failed: {exc}") from exc
             return tensors
@@ -97,6 +110,7 @@ class WeightsUpdateGroup:
         with self._lock:
             self._check(group_name)
             try:
-                dist.destroy_process_group()
+                with self._on_device():
+                    dist.destroy_process_group()
             finally:
                 self.name = self.backend = None

@@ -28,7 +28,20 @@ def _from_folder(path: Path, device: torch.device) -> tuple[torch.nn.Module, Any
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise WeightLoadError(f"cannot load model folder {str(path)!r}: {exc}") from exc
-    return model, tokenizer
+    return _private(model), tokenizer
+
+
+def _private(model: torch.nn.Module) -> torch.nn.Module:
+    """Copy tensors that transformers left mapped from the folder's files into memory.
+
+    A mapped file rewritten in place would change the served weights, and truncating it
+    would kill the engine with SIGBUS; the model is not published yet, so this may
+    write to its parameters.
+    """
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tensor.data = tensor.data.clone()
+    return model
 
 
 def load_engine_model(spec: str, *, device: str, weight_version: str) -> EngineModel:

@@ -100,7 +100,7 @@ async def update_weights_from_disk(
 ) -> JSONResponse:
     """Load full weights, or a PEFT adapter as the default adapter, from a folder.
 
-        curl -d '{"model_path": "/ckpt/v2", "weight_version": "v2"}' \\
+        curl --json '{"model_path": "/ckpt/v2", "weight_version": "v2"}' \\
             localhost:30000/update_weights_from_disk
     """
     runtime = runtime_of(request)
@@ -118,7 +118,7 @@ async def init_weights_update_group(
     body: InitWeightsUpdateGroupReqInput, request: Request
 ) -> JSONResponse:
     """Join the trainer's group (blocks until every rank joined).
-    ``curl -d '{"master_address": "10.0.0.1", "master_port": 29500, "rank_offset": 1,
+    ``curl --json '{"master_address": "10.0.0.1", "master_port": 29500, "rank_offset": 1,
     "world_size": 2, "backend": "gloo"}' localhost:30000/init_weights_update_group``"""
     runtime = runtime_of(request)
     try:
@@ -133,7 +133,7 @@ async def update_weights_from_distributed(
     body: UpdateWeightsFromDistributedReqInput, request: Request
 ) -> JSONResponse:
     """Receive the announced tensors from rank 0, then swap them in.
-    ``curl -d '{"names": ["lm_head.weight"], "dtypes": ["float32"], "shapes": [[68, 64]],
+    ``curl --json '{"names": ["lm_head.weight"], "dtypes": ["float32"], "shapes": [[68, 64]],
     "weight_version": "v3"}' localhost:30000/update_weights_from_distributed``"""
     runtime = runtime_of(request)
     try:
@@ -155,7 +155,7 @@ async def destroy_weights_update_group(
 ) -> JSONResponse:
     """Leave the group.
 
-    curl -d '{"group_name": "weight_update_group"}' localhost:30000/destroy_weights_update_group
+    curl --json '{"group_name": "weight_update_group"}' localhost:30000/destroy_weights_update_group
     """
     runtime = runtime_of(request)
     try:
@@ -169,7 +169,7 @@ async def destroy_weights_update_group(
 async def load_lora_adapter(body: LoadLoRAAdapterReqInput, request: Request) -> JSONResponse:
     """Load a named adapter.
 
-    curl -d '{"lora_name": "a", "lora_path": "/ckpt/a"}' localhost:30000/load_lora_adapter
+    curl --json '{"lora_name": "a", "lora_path": "/ckpt/a"}' localhost:30000/load_lora_adapter
     """
     runtime = runtime_of(request)
     try:
@@ -185,11 +185,11 @@ async def load_lora_adapter(body: LoadLoRAAdapterReqInput, request: Request) -> 
 async def unload_lora_adapter(body: UnloadLoRAAdapterReqInput, request: Request) -> JSONResponse:
     """Unload a named adapter.
 
-    curl -d '{"lora_name": "a"}' localhost:30000/unload_lora_adapter
+    curl --json '{"lora_name": "a"}' localhost:30000/unload_lora_adapter
     """
     runtime = runtime_of(request)
-    try:
-        runtime.model.unload_adapter(body.lora_name)
+    try:  # waits for an update in progress: off the event loop
+        await asyncio.to_thread(runtime.model.unload_adapter, body.lora_name)
     except EngineError as exc:
         return _lora_outcome(runtime, str(exc))
     return _lora_outcome(runtime, None)
@@ -243,7 +243,7 @@ def _body(
 @router.post("/generate", response_model=None)
 async def generate(body: GenerateReqInput, request: Request) -> JSONResponse | StreamingResponse:
     """Generate from text or token ids; ``meta_info.weight_version`` names the weights used.
-    ``curl -d '{"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+    ``curl --json '{"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0},
     "return_logprob": true}' localhost:30000/generate``"""
     runtime = runtime_of(request)
     started = time.monotonic()

@@ -180,7 +180,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
     """OpenAI chat completions with the chat template applied.
-    ``curl -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+    ``curl --json '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
     "temperature": 0, "max_tokens": 8}' localhost:30000/v1/chat/completions``"""
     runtime = runtime_of(request)
     generation = _generation_request(body, runtime)

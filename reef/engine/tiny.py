@@ -14,6 +14,7 @@ vocabulary is ``<unk>``) and carries a chat template::
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -130,7 +131,34 @@ def save_tiny(directory: str | Path, *, size: Size = "tiny", seed: int = TINY_SE
     path.mkdir(parents=True, exist_ok=True)
     build_model(size, seed=seed).save_pretrained(path)
     build_tokenizer().save_pretrained(path)
+    make_portable(path)
     return path
+
+
+def make_portable(directory: str | Path) -> None:
+    """Let transformers 4.x (what SGLang pins) read a folder transformers 5 wrote.
+
+    5.x names the tokenizer class ``TokenizersBackend`` and lists ``extra_special_tokens``;
+    4.x knows ``PreTrainedTokenizerFast`` and ``additional_special_tokens`` (5.x reads
+    both). The config gains 4.x's ``torch_dtype`` and ``rope_theta`` beside 5.x's keys.
+    """
+    path = Path(directory)
+    tokenizer_file = path / "tokenizer_config.json"
+    if tokenizer_file.is_file():
+        settings = json.loads(tokenizer_file.read_text())
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        extra = settings.pop("extra_special_tokens", None)
+        if isinstance(extra, list):
+            settings["additional_special_tokens"] = extra
+        tokenizer_file.write_text(json.dumps(settings, indent=2) + "\n")
+    config_file = path / "config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        config.setdefault("torch_dtype", config.get("dtype", "float32"))
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict) and "rope_theta" in rope:
+            config.setdefault("rope_theta", rope["rope_theta"])
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 import torch
-from safetensors.torch import load_file
+from safetensors import SafetensorError
+from safetensors.torch import load
 
 from reef.engine.errors import WeightLoadError
 
@@ -42,9 +43,11 @@ def read_safetensors_dir(
         raise WeightLoadError(f"no *.safetensors file in {str(folder)!r}")
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
+        # Read into private memory: ``load_file`` maps the file, and a trainer that later
+        # rewrites it in place would change (or, truncating it, SIGBUS) served weights.
         try:
-            tensors.update(load_file(file))
-        except (OSError, ValueError, RuntimeError) as exc:
+            tensors.update(load(file.read_bytes()))
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
             raise WeightLoadError(f"cannot read {file.name}: {exc}") from exc
     return tensors
 

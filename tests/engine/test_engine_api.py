@@ -6,6 +6,7 @@ Two engines per module: ``engine`` is never updated (field and determinism check
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,8 +46,19 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
 
 
 @pytest.fixture(scope="module")
-def mutable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    with running_engine(tmp_path_factory.mktemp("mutable-logs")) as e:
+def start_folder(tmp_path_factory: pytest.TempPathFactory, weight_sets: WeightSets) -> Path:
+    """A private copy of weight set A that ``mutable`` starts from (``--model <dir>``)."""
+    folder = tmp_path_factory.mktemp("start") / "model"
+    shutil.copytree(weight_sets.seed_a, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mutable(
+    tmp_path_factory: pytest.TempPathFactory, start_folder: Path
+) -> Iterator[EngineProcess]:
+    logs = tmp_path_factory.mktemp("mutable-logs")
+    with running_engine(logs, "--model", str(start_folder), "--served-model-name", "m") as e:
         yield e
 
 
@@ -255,6 +267,24 @@ def test_chat_stream_sse_ends_with_done(engine: EngineProcess, http: httpx.Clien
     assert lines[-1] == "data: [DONE]"
 
 
+def test_abandoned_streams_give_their_slots_back(engine: EngineProcess) -> None:
+    """More abandoned streams than generation slots; a request afterwards still runs."""
+    body = {
+        "text": PROMPT,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 900, "temperature": 0, "ignore_eos": True},
+    }
+    for _ in range(6):  # --max-concurrency defaults to 4
+        with (
+            httpx.Client(timeout=30.0) as client,
+            client.stream("POST", f"{engine.url}/generate", json=body) as response,
+        ):
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+    with httpx.Client(timeout=20.0) as client:
+        assert greedy(client, engine.url, max_new_tokens=4)["meta_info"]["completion_tokens"] == 4
+
+
 def test_chat_rejects_n_above_one(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):
         _chat(sdk, n=2)
@@ -295,6 +325,40 @@ def test_update_with_mismatched_shapes_fails_and_old_weights_serve(
     assert after["meta_info"]["weight_version"] != "never"
 
 
+def test_corrupt_weights_file_fails_and_old_weights_serve(
+    mutable: EngineProcess, http: httpx.Client, tmp_path: Path
+) -> None:
+    before = greedy(http, mutable.url)
+    (tmp_path / "model.safetensors").write_bytes(b"not safetensors at all")
+    response = _update(http, mutable.url, str(tmp_path), "never")
+    assert response.status_code == 400
+    assert "cannot read model.safetensors" in response.json()["message"]
+    assert greedy(http, mutable.url)["output_ids"] == before["output_ids"]
+
+
+def test_rewriting_loaded_files_does_not_touch_served_weights(
+    mutable: EngineProcess,
+    http: httpx.Client,
+    weight_sets: WeightSets,
+    start_folder: Path,
+    tmp_path: Path,
+) -> None:
+    """Weights are read into memory, not mapped: truncating the files is harmless."""
+    served_a = greedy(http, mutable.url)
+    assert http.get(f"{mutable.url}/get_model_info").json()["model_path"] == str(start_folder)
+    with (start_folder / "model.safetensors").open("r+b") as file:
+        file.truncate(0)  # the folder the engine started from
+    assert greedy(http, mutable.url)["output_ids"] == served_a["output_ids"]
+    copy = tmp_path / "b"
+    shutil.copytree(weight_sets.seed_b, copy)
+    assert _update(http, mutable.url, str(copy), "b-copy").json()["success"] is True
+    served_b = greedy(http, mutable.url)
+    with (copy / "model.safetensors").open("r+b") as file:
+        file.truncate(0)  # the folder of the last update
+    assert greedy(http, mutable.url)["output_ids"] == served_b["output_ids"]
+    _update(http, mutable.url, str(weight_sets.seed_a), "a")
+
+
 def test_update_from_disk_swaps_weights_and_version(
     mutable: EngineProcess, http: httpx.Client, weight_sets: WeightSets
 ) -> None:
@@ -315,6 +379,18 @@ def test_update_from_disk_swaps_weights_and_version(
     assert greedy(http, mutable.url)["output_ids"] == served_a["output_ids"]
 
 
+def test_update_to_a_builtin_name_restores_its_weights(
+    mutable: EngineProcess, http: httpx.Client, weight_sets: WeightSets
+) -> None:
+    _update(http, mutable.url, str(weight_sets.seed_a), "a")
+    served_a = greedy(http, mutable.url)
+    _update(http, mutable.url, str(weight_sets.seed_b), "b")
+    assert _update(http, mutable.url, "tiny", "base").json()["success"] is True
+    restored = greedy(http, mutable.url)
+    assert restored["output_ids"] == served_a["output_ids"]
+    assert restored["meta_info"]["weight_version"] == "base"
+
+
 def test_lora_adapter_load_use_unload(
     mutable: EngineProcess, http: httpx.Client, weight_sets: WeightSets
 ) -> None:
@@ -331,7 +407,7 @@ def test_lora_adapter_load_use_unload(
     adapted = greedy(http, url, lora_path="ad")
     assert adapted["output_ids"] != base["output_ids"]
     sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-    assert "ad" in [m.id for m in sdk.models.list()]
+    assert [m.id for m in sdk.models.list()] == ["m", "ad"]
     by_model = http.post(
         f"{url}/v1/chat/completions",
         json={
