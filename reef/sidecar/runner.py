@@ -9,9 +9,11 @@ Order of work, written down once:
    ``check_seconds`` the engine's reported version is compared with the head again.
 
 Loading: the release's manifest is materialised from the artifact store into a cache
-(every object sha256-verified; a corrupted object stops the load), then a PEFT adapter
-folder is loaded with ``/load_lora_adapter`` and anything else with
-``/update_weights_from_disk``, naming the release id as the weight version. Only an
+(every object sha256-verified; a corrupted object stops the load), then loaded with
+``/update_weights_from_disk`` naming the release id as the weight version: a full
+weights folder replaces the weights, a PEFT adapter folder becomes the engine's default
+adapter on its base (``method`` lora), and the base release (empty content) reloads the
+engine's own base model. Only an
 engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
 unreachable engine or store produces EngineLoadFailed and a retry with exponential
 backoff (the engine keeps serving what it had). The committed consumer position of
@@ -74,9 +76,6 @@ class Sidecar:
         self.tracker = HeadTracker(frozenset({config.scenario}))
         self.loaded: str | None = None
         self._base_path: str | None = None
-        #: the adapter loaded for the head, and the base version it was loaded onto
-        self._adapter: str | None = None
-        self._adapter_base_version: str | None = None
 
     async def run(self) -> None:
         """Forever: follow the chain and keep the engine on the head."""
@@ -134,33 +133,20 @@ class Sidecar:
         info = await self.engine.model_info()
         if self._base_path is None:
             self._base_path = info.model_path
-        if self._adapter is not None and info.weight_version != self._adapter_base_version:
-            self._adapter = None  # the engine restarted: its adapters are gone
-        return self._adapter or info.weight_version
+        return info.weight_version
 
     async def _load(self, wanted: Wanted) -> None:
         started = time.perf_counter()
         folder = await asyncio.to_thread(self._materialise, wanted.content_id)
-        if folder is not None and (folder / ADAPTER_MARKER).exists():
-            method = "lora"
-            result = await self.engine.load_lora_adapter(wanted.release_id, str(folder))
-            if not result.success:
-                raise LoadRefusedError(result.error_message or "adapter refused")
-            previous, self._adapter = self._adapter, wanted.release_id
-            self._adapter_base_version = (await self.engine.model_info()).weight_version
-            if previous is not None:
-                await self.engine.unload_lora_adapter(previous)
-            version = wanted.release_id
-        else:
-            method = "disk"
-            path = str(folder) if folder is not None else self._base_path
-            if path is None:
-                raise LoadRefusedError("no base model path to load")
-            update = await self.engine.update_weights_from_disk(path, wanted.release_id)
-            if not update.success:
-                raise LoadRefusedError(update.message)
-            self._adapter = None
-            version = (await self.engine.model_info()).weight_version or wanted.release_id
+        adapter = folder is not None and (folder / ADAPTER_MARKER).exists()
+        method = "lora" if adapter else "disk"
+        path = str(folder) if folder is not None else self._base_path
+        if path is None:
+            raise LoadRefusedError("no base model path to load")
+        update = await self.engine.update_weights_from_disk(path, wanted.release_id)
+        if not update.success:
+            raise LoadRefusedError(update.message)
+        version = (await self.engine.model_info()).weight_version or wanted.release_id
         load_ms = (time.perf_counter() - started) * 1000
         await self.store.append(
             EngineLoaded(
