@@ -17,6 +17,7 @@ import socket
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef import __version__
 from reef.api import errors, inference, releases, reports, scenarios, system
@@ -124,11 +125,21 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
     app.state.metrics = metrics
-    app.middleware("http")(metrics.middleware)
+    app.add_middleware(_Instrumented, metrics=metrics)
     errors.install(app)
     for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)
     return app
+
+
+class _Instrumented:
+    """Starlette middleware factory for :meth:`Metrics.middleware`."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self._wrapped = metrics.middleware(app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._wrapped(scope, receive, send)
 
 
 @contextlib.asynccontextmanager

@@ -8,14 +8,15 @@ from the projections at scrape time, so every replica reports the same totals.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from fastapi import Request, Response
+from fastapi import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.api.dialects import dialect_of_path
 
@@ -78,17 +79,31 @@ class Metrics:
     def bind(self, ctx: AppContext) -> None:
         self.registry.register(_LogCollector(ctx))
 
-    async def middleware(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = route_label(request.url.path)
-        self.request_seconds.labels(route).observe(time.perf_counter() - started)
-        self.requests.labels(
-            route, dialect_of_path(request.url.path).value, str(response.status_code)
-        ).inc()
-        return response
+    def middleware(self, app: ASGIApp) -> ASGIApp:
+        """A pure ASGI wrapper (no BaseHTTPMiddleware: it costs a task per request)."""
+
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            started = time.perf_counter()
+            status = 500
+
+            async def observe(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await app(scope, receive, observe)
+            finally:
+                path = scope["path"]
+                route = route_label(path)
+                self.request_seconds.labels(route).observe(time.perf_counter() - started)
+                self.requests.labels(route, dialect_of_path(path).value, str(status)).inc()
+
+        return wrapped
 
     def exposition(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
