@@ -35,6 +35,12 @@ class Settings(BaseModel):
     kafka_append_timeout_s: float = Field(
         10.0, gt=0, description="Longest wait for Kafka to acknowledge an append (then 503)."
     )
+    streams_session_timeout_s: float = Field(
+        10.0, gt=0, description="Kafka session timeout of a `reef streams` worker."
+    )
+    streams_instance_id: str | None = Field(
+        None, description="Static group membership id of a `reef streams` worker."
+    )
     kafka_topic_prefix: str = Field("", description="Prefix of every topic and group on Kafka.")
     partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
     producer_id: str = Field("", description="Instance id written on events (default: host-pid).")
@@ -51,6 +57,12 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body.")
     allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
     recipe: str = Field("core", description="Recipe every new scenario is bound to.")
+    recipe_config: Path | None = Field(
+        None, description="YAML file whose 'recipe:' section configures the recipe."
+    )
+    trainer_in_process: bool = Field(
+        True, description="On the embedded log, run the recipe's trainer inside reef serve."
+    )
 
     join_park_timeout_s: float = Field(
         300.0, gt=0, description="How long a report waits for its records."

@@ -13,9 +13,12 @@ from reef.options import log_options, pop_log_flags, settings_from
 @click.command("streams")
 @log_options
 @click.option("--loglevel", default="info", help="Faust worker log level.")
-def streams(config_file: Path | None, loglevel: str, **flags: Any) -> None:
+@click.option("--instance-id", help="Static membership id (stable per worker: fast restarts).")
+def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **flags: Any) -> None:
     """Run the join and release-chain processors as a Faust worker (exactly-once)."""
-    settings = settings_from(config_file, **pop_log_flags(flags)).settings
+    settings = settings_from(
+        config_file, **pop_log_flags(flags), streams_instance_id=instance_id
+    ).settings
     from faust import Worker
 
     from streams.app import create_app

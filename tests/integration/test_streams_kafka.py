@@ -58,12 +58,8 @@ from tests.unit.test_join_properties import inference, receipt, report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-#: Faust settings from the environment: a killed member's partitions come back quickly
-FAUST_ENV = {
-    "BROKER_SESSION_TIMEOUT": "6",
-    "BROKER_HEARTBEAT_INTERVAL": "1",
-    "BROKER_REBALANCE_TIMEOUT": "10",
-}
+#: worker settings so a killed member's partitions come back quickly
+FAUST_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 INPUTS = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
 
 
@@ -118,7 +114,7 @@ class Worker:
 
     def start(self) -> None:
         self.starts += 1
-        env = {**FAUST_ENV, "CONSUMER_GROUP_INSTANCE_ID": f"reef-test-{self.prefix}worker"}
+        env = {**FAUST_ENV, "REEF_STREAMS_INSTANCE_ID": f"reef-test-{self.prefix}worker"}
         argv = [
             reef_executable(),
             "streams",
@@ -396,34 +392,10 @@ async def test_exactly_once_while_the_worker_is_killed(
     replayed = (await replay(settings, log)).processor_states["join"].data
     live = await live_join_state(log)
 
-    # Two known bugs of the Faust host (streams/app.py, faust-streaming 0.15.3) break
-    # exactly-once under SIGKILL. Each has a signature; a failure showing only known
-    # signatures is reported as xfail, anything else fails.
-    known: list[str] = []
-    unexplained = False
+    # Exactly-once under SIGKILL: no committed duplicate, and the live table holds every
+    # write its committed offsets cover (streams/app.py closes Faust's two gaps here).
     duplicates = sum(n - 1 for n in Counter(o.event_id for o in outputs).values())
-    if duplicates:
-        if len(raw) == len(outputs):  # no output record was ever in an aborted transaction
-            known.append(
-                f"{duplicates} duplicate committed samples: outputs are sent outside the "
-                "transaction (Faust's TransactionManager.send picks the transaction by the "
-                "OUTPUT topic's partition group; reef.samples is not consumed by the app, so "
-                "key_partition() finds no metadata and the plain producer sends it)"
-            )
-        else:
-            unexplained = True
-    if state_digest(live) != state_digest(replayed):
-        if any(key not in live for key in replayed):
-            known.append(
-                "the join table lost writes its committed offsets cover: Faust sends table "
-                "changelog records through app.producer's buffer (send_soon), which its "
-                "exactly-once commit does not flush, so they can land in the next "
-                "transaction, aborted by the kill. " + state_diff(live, replayed)
-            )
-        else:
-            unexplained = True
-    if known and not unexplained:
-        pytest.xfail("known bugs in the Faust host: " + " | ".join(known))
+    assert duplicates == 0, f"{duplicates} duplicate committed samples ({len(raw)} raw records)"
     assert state_digest(live) == state_digest(replayed), state_diff(live, replayed)
     check_eos(outputs, plan)
 
@@ -582,12 +554,4 @@ async def test_replay_digests_equal_live_on_kafka(
     assert done.stdout.strip(), done.stderr
     body = json.loads(done.stdout)
     assert body["replayed"]["join"] == state_digest(result.processor_states["join"].data)
-    if not body["equal"] and body["live"]["join"] == state_digest(
-        await _changelog_table(log, "join")
-    ):
-        pytest.xfail(
-            "known bug: reef.replay._changelog_table keeps Faust's JSON-encoded table keys "
-            "('\"rec/...\"'), so live digests never equal replayed ones on Kafka; the state "
-            "itself is equal (checked above with the keys decoded)"
-        )
     assert done.returncode == 0 and body["equal"] is True, done.stdout
