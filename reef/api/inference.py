@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from reef.api.upstream import relayed_status
 from reef.errors import LogUnavailableError, RequestError
 from reef.events import InferenceRecorded, utc_now
 from reef.ids import new_receipt
+from reef.projection import ApiState
 
 router = APIRouter()
 
@@ -43,6 +45,8 @@ RECEIPT_HEADER = "x-reef-agent-record-id"
 RELEASE_HEADER = "x-reef-release-id"
 #: how ``reef engine`` (and SGLang through meta_info) reports the weights that answered
 WEIGHT_VERSION_HEADER = "x-weight-version"
+RELEASE_ID = re.compile(r"[0-9a-f]{32}")
+VERSION_WAIT_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -65,10 +69,29 @@ class Exchange:
     releases: frozenset[str] = frozenset()
     weight_version: str | None = None
 
-    def observe_version(self, version: object) -> None:
-        """The engine's reported weight version (SGLang/local engines; None elsewhere)."""
-        if isinstance(version, str) and version:
-            self.weight_version = version
+    async def observe_version(self, version: object, ctx: AppContext) -> None:
+        """The engine's reported weight version (SGLang/local engines; None elsewhere).
+
+        A version committed after the request arrived is looked up again in the
+        projection (waiting briefly for it to catch up with the sidecar, which loads
+        releases as soon as they are committed), so a receipt names the release that
+        answered, not the frozen one.
+        """
+        if not isinstance(version, str) or not version:
+            return
+        self.weight_version = version
+        if version in self.releases or not RELEASE_ID.fullmatch(version):
+            return
+        scenario = self.scenario
+
+        def knows(state: ApiState) -> bool:
+            view = state.scenarios.get(scenario)
+            return view is not None and any(r.release_id == version for r in view.releases)
+
+        await ctx.projection.wait_until(knows, VERSION_WAIT_SECONDS)
+        view = ctx.projection.state.scenarios.get(scenario)
+        if view is not None:
+            self.releases = frozenset(r.release_id for r in view.releases)
 
     @property
     def served_release_id(self) -> str | None:
@@ -193,7 +216,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     request.app.state.metrics.upstream_seconds.labels(route).observe(
         time.perf_counter() - exchange.upstream_started
     )
-    exchange.observe_version(upstream_response.headers.get(WEIGHT_VERSION_HEADER))
+    await exchange.observe_version(upstream_response.headers.get(WEIGHT_VERSION_HEADER), ctx)
     if upstream_response.status_code >= 400:
         if exchange.stream:
             await upstream_response.aread()
@@ -219,9 +242,10 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Respons
     usage = usage_of(parsed) if isinstance(parsed, dict) else (None, None)
     if isinstance(parsed, dict):
         meta = parsed.get("meta_info")
-        exchange.observe_version(
+        await exchange.observe_version(
             parsed.get("weight_version")
-            or (meta.get("weight_version") if isinstance(meta, dict) else None)
+            or (meta.get("weight_version") if isinstance(meta, dict) else None),
+            ctx,
         )
     event = exchange.record(
         ctx, status=upstream.status_code, complete=True, response=text, usage=usage

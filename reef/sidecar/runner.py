@@ -8,6 +8,10 @@ Order of work, written down once:
 3. Follow ``reef.releases``; every new serving head is loaded the same way. Every
    ``check_seconds`` the engine's reported version is compared with the head again.
 
+One task follows the log and only folds it; one loop loads. A load that keeps failing
+(a corrupted artifact, an unreachable engine) retries with backoff until it succeeds or
+a newer head arrives, which cuts the wait short and is loaded instead.
+
 Loading: the release's manifest is materialised from the artifact store into a cache
 (every object sha256-verified; a corrupted object stops the load), then loaded with
 ``/update_weights_from_disk`` naming the release id as the weight version: a full
@@ -76,6 +80,8 @@ class Sidecar:
         self.tracker = HeadTracker(frozenset({config.scenario}))
         self.loaded: str | None = None
         self._base_path: str | None = None
+        #: set by the follower when the scenario's head moved
+        self._moved = asyncio.Event()
 
     async def run(self) -> None:
         """Forever: follow the chain and keep the engine on the head."""
@@ -84,29 +90,55 @@ class Sidecar:
         async for record in self.store.log.read(topics.RELEASES, partitions=[partition]):
             self._apply(record)
             position = record.offset + 1
-        follower = asyncio.create_task(self._follow(partition, position))
+        follower = asyncio.create_task(self._follow(partition, position), name="sidecar-follow")
         try:
             while True:
+                self._moved.clear()
                 await self._converge()
-                await asyncio.sleep(self.config.check_seconds)
+                await self._wait_for_head(self.config.check_seconds)
+                if follower.done():
+                    follower.result()  # it only ends by failing: surface that
         finally:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
 
     async def _follow(self, partition: int, position: int) -> None:
-        async for record in self.store.log.read(
-            topics.RELEASES, partitions=[partition], start={partition: position}, follow=True
-        ):
-            if self._apply(record):
-                await self._converge()
+        """Fold new releases as they arrive and wake the load loop on a new head.
+
+        Loading happens only in :meth:`run`'s loop, never here: a load that keeps failing
+        (a corrupted artifact) must not stop this task from seeing the next release.
+        """
+        backoff = self.config.first_backoff_seconds
+        while True:
+            try:
+                async for record in self.store.log.read(
+                    topics.RELEASES,
+                    partitions=[partition],
+                    start={partition: position},
+                    follow=True,
+                ):
+                    position = record.offset + 1
+                    backoff = self.config.first_backoff_seconds
+                    if self._apply(record):
+                        self._moved.set()
+            except LogError as exc:
+                logger.warning("reading %s failed (%s); retrying", topics.RELEASES, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.max_backoff_seconds)
 
     def _apply(self, record: LogRecord) -> bool:
         stored = self.store.decode(record)
         return stored.event is not None and self.tracker.apply(stored.event) is not None
 
+    async def _wait_for_head(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when a new head arrives meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._moved.wait(), seconds)
+
     async def _converge(self) -> None:
-        """Load the head until the engine serves it (retries with backoff)."""
+        """Load the head until the engine serves it (retries with backoff); returns early
+        when a newer head arrives, so the caller loads that one instead."""
         wanted = self.tracker.heads.get(self.config.scenario)
         if wanted is None:
             return
@@ -123,11 +155,12 @@ class Sidecar:
                     "load of %s failed (attempt %d): %s", wanted.release_id, attempt, exc
                 )
                 await self._report_failure(wanted, exc, attempt)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.config.max_backoff_seconds)
-            attempt += 1
+            await self._wait_for_head(backoff)
             if self.tracker.heads.get(self.config.scenario) != wanted:
                 return  # a newer head arrived: load that one instead
+            self._moved.clear()
+            backoff = min(backoff * 2, self.config.max_backoff_seconds)
+            attempt += 1
 
     async def _serving(self) -> str | None:
         info = await self.engine.model_info()
