@@ -64,10 +64,11 @@ class EventStore:
         *,
         start: Mapping[int, int] | None = None,
         follow: bool = False,
+        until: Mapping[int, int] | None = None,
         scenario: str | None = None,
     ) -> AsyncIterator[StoredEvent]:
         key = scenario.encode() if scenario is not None else None
-        async for record in self.log.read(topic, start=start, follow=follow):
+        async for record in self.log.read(topic, start=start, follow=follow, until=until):
             if key is not None and record.key != key:
                 continue
             yield self.decode(record)

@@ -29,7 +29,7 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
-from reef.eventstore import EventStore
+from reef.eventstore import EventStore, StoredEvent
 from reef.ids import EMPTY_CONTENT_ID, content_hash
 from reef.log.base import Position
 
@@ -248,15 +248,17 @@ class ProjectionFollower:
 
     async def start(self) -> None:
         """Start following and return once everything present at start is applied."""
-        ends = {topic: await self.store.log.end_offsets(topic) for topic in FOLLOWED_TOPICS}
-        self._tasks = [
-            asyncio.create_task(self._follow(topic), name=f"projection:{topic}")
-            for topic in FOLLOWED_TOPICS
-        ]
-        for topic, offsets in ends.items():
-            for partition, offset in offsets.items():
-                if offset > 0:
-                    await self.wait_for(Position(topic, partition, offset - 1))
+        # Catch up to the end offsets first, then follow from exactly there: waiting for
+        # the record at end-1 would hang when that offset is a transaction marker.
+        for topic in FOLLOWED_TOPICS:
+            ends = await self.store.log.end_offsets(topic)
+            async for stored in self.store.read(topic, until=ends):
+                self._apply(topic, stored)
+            for partition, offset in ends.items():
+                self._next[(topic, partition)] = max(self._next.get((topic, partition), 0), offset)
+            self._tasks.append(
+                asyncio.create_task(self._follow(topic, ends), name=f"projection:{topic}")
+            )
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -288,19 +290,22 @@ class ProjectionFollower:
     def healthy(self) -> bool:
         return all(not task.done() for task in self._tasks)
 
-    async def _follow(self, topic: str) -> None:
-        async for stored in self.store.read(topic, follow=True):
-            record = stored.record
-            if stored.event is not None:
-                self.state.apply(stored.event)
-            else:
-                logger.error(
-                    "undecodable record %s/%d@%d: %s",
-                    topic,
-                    record.partition,
-                    record.offset,
-                    stored.error,
-                )
+    def _apply(self, topic: str, stored: StoredEvent) -> None:
+        record = stored.record
+        if stored.event is not None:
+            self.state.apply(stored.event)
+        else:
+            logger.error(
+                "undecodable record %s/%d@%d: %s",
+                topic,
+                record.partition,
+                record.offset,
+                stored.error,
+            )
+        self._next[(topic, record.partition)] = record.offset + 1
+
+    async def _follow(self, topic: str, start: dict[int, int]) -> None:
+        async for stored in self.store.read(topic, start=start, follow=True):
             async with self._changed:
-                self._next[(topic, record.partition)] = record.offset + 1
+                self._apply(topic, stored)
                 self._changed.notify_all()

@@ -79,11 +79,13 @@ class EventLog(Protocol):
         start: Mapping[int, int] | None = None,
         partitions: Sequence[int] | None = None,
         follow: bool = False,
+        until: Mapping[int, int] | None = None,
     ) -> AsyncIterator[LogRecord]:
         """Records from ``start`` (default: the beginning) in per-partition order.
 
-        Without ``follow`` the iteration stops at the end offsets taken when it began;
-        with ``follow`` it waits for new records until the consumer stops iterating.
+        Without ``follow`` the iteration stops at ``until`` (default: the end offsets
+        taken when it began; offsets of transaction markers count as read); with
+        ``follow`` it waits for new records until the consumer stops iterating.
         """
         ...
 

@@ -179,11 +179,16 @@ class EmbeddedLog:
         start: Mapping[int, int] | None = None,
         partitions: Sequence[int] | None = None,
         follow: bool = False,
+        until: Mapping[int, int] | None = None,
     ) -> AsyncIterator[LogRecord]:
         count = await self._partition_count(topic)
         wanted = list(partitions) if partitions is not None else list(range(count))
         positions = {p: (start or {}).get(p, 0) for p in wanted}
-        stop = None if follow else await self.end_offsets(topic)
+        stop = (
+            None
+            if follow
+            else (dict(until) if until is not None else await self.end_offsets(topic))
+        )
         while True:
             marker = self.append_marker([topic])
             batch = await asyncio.to_thread(self._read_chunk, topic, positions, stop)

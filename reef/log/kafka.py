@@ -120,6 +120,9 @@ class KafkaLog:
                 ]
                 metadata = await asyncio.gather(*futures)
         except TimeoutError as exc:
+            missing = [r.topic for r in records if not await self._exists(r.topic)]
+            if missing:  # aiokafka waits for metadata of an unknown topic until the timeout
+                raise UnknownTopicError(f"unknown topic {missing[0]!r}") from exc
             raise LogUnavailableError(
                 f"Kafka did not acknowledge the write within {self._append_timeout_s:g}s"
             ) from exc
@@ -140,6 +143,7 @@ class KafkaLog:
         start: Mapping[int, int] | None = None,
         partitions: Sequence[int] | None = None,
         follow: bool = False,
+        until: Mapping[int, int] | None = None,
     ) -> AsyncIterator[LogRecord]:
         async with self._consumer() as consumer:
             tps = await self._partitions_of(consumer, self._t(topic))
@@ -148,7 +152,12 @@ class KafkaLog:
             consumer.assign(tps)
             for tp in tps:
                 consumer.seek(tp, (start or {}).get(tp.partition, 0))
-            stop = None if follow else await consumer.end_offsets(tps)
+            if follow:
+                stop = None
+            elif until is not None:
+                stop = {tp: until.get(tp.partition, 0) for tp in tps}
+            else:
+                stop = await consumer.end_offsets(tps)
             while True:
                 if stop is not None and all([await _reached(consumer, tp, stop[tp]) for tp in tps]):
                     return
@@ -200,6 +209,16 @@ class KafkaLog:
 
     def _untag(self, topic: str) -> str:
         return topic.removeprefix(self.topic_prefix)
+
+    async def _exists(self, topic: str) -> bool:
+        try:
+            async with self._consumer() as consumer:
+                await self._partitions_of(consumer, self._t(topic))
+        except UnknownTopicError:
+            return False
+        except LogUnavailableError:
+            return True  # cannot tell: report the log as unavailable
+        return True
 
     def _require_producer(self) -> AIOKafkaProducer:
         if self._producer is None:

@@ -515,7 +515,12 @@ def test_merged_sessions_never_train_a_turn_twice(ops: list[tuple[Any, ...]]) ->
     # a merged-in turn is an earlier turn of a referenced exchange's conversation
     said = {e.event_id: _conversation_of(e) for e in exchanges}
     asked = {e.event_id: json.loads(e.request_json or "{}")["messages"] for e in exchanges}
-    reports = {(e.scenario, e.event_id): e for e in run.inputs if isinstance(e, ReportSubmitted)}
+    # the first report with an id is the one that can be joined (a later one with other
+    # content is a conflict), so map each id to its first report
+    reports: dict[tuple[str, str], ReportSubmitted] = {}
+    for e in run.inputs:
+        if isinstance(e, ReportSubmitted):
+            reports.setdefault((e.scenario, e.event_id), e)
     for _, out in run.outputs:
         if isinstance(out, SampleJoined):
             refs = reports[(out.scenario, out.report_id)].references
