@@ -19,6 +19,7 @@ from reef.sidecar.cli import sidecar
 from reef.stack.cli import stack
 from reef.status_cli import status
 from reef.streams_cli import streams
+from trainers.cli import trainer
 
 
 class ReefGroup(click.Group):
@@ -49,6 +50,7 @@ main.add_command(audit_group)
 main.add_command(export)
 main.add_command(sidecar)
 main.add_command(engine)
+main.add_command(trainer)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from reef.releases import ContentStore, open_store
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
 from reef.topics import ALL_TOPICS
+from trainers.runner import in_process_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,11 @@ def create_app(settings: Settings) -> FastAPI:
                     await stack.enter_async_context(
                         _sidecar(settings, store, content, engine_url, producer)
                     )
+            trainer = None
+            if isinstance(log, EmbeddedLog):
+                trainer = await stack.enter_async_context(
+                    in_process_trainer(settings, store, content, producer)
+                )
             upstream = Upstream(serving)
             stack.push_async_callback(upstream.aclose)
             ctx = AppContext(
@@ -115,6 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
                 content=content,
                 seed_content_id=seed,
                 runtimes=runtimes,
+                trainer=trainer,
             )
             stack.push_async_callback(ctx.drain)
             app.state.ctx = ctx

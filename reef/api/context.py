@@ -18,6 +18,7 @@ from reef.processors.embedded import EmbeddedRuntime
 from reef.projection import ProjectionFollower
 from reef.releases import ContentStore
 from reef.settings import Settings
+from trainers.consumer import Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class AppContext:
     content: ContentStore
     seed_content_id: str | None = None
     runtimes: list[EmbeddedRuntime] = field(default_factory=list)
+    #: the recipe's trainer when it runs inside this process (embedded default)
+    trainer: Trainer | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def authenticate(self, request: Request, scope: Scope) -> Principal:

@@ -64,6 +64,7 @@ async def status(request: Request) -> JSONResponse:
             "projection": {"healthy": ctx.projection.healthy(), "digest": state.digest()},
             "processors": await _processors(ctx),
             "samples_pending": state.samples_pending(),
+            **({"trainer": ctx.trainer.status()} if ctx.trainer is not None else {}),
             "scenarios": scenarios,
         }
     )

@@ -1,0 +1,248 @@
+"""The recipe contract: which samples train, how they batch, how a batch becomes a
+candidate, how the candidate is scored and whether it is selected.
+
+A trainer (:mod:`trainers.consumer`) drives a recipe; the recipe never touches the log,
+the chain or the artifact store, and imports no training library at module level:
+
+1. **Eligibility** — :meth:`Recipe.admit` returns ``None`` or a rejection reason for a
+   sample, given its *staleness*: how many releases the head is ahead of the release
+   that served it (0 = served by the head). The shared rules are a score window
+   (``eligibility.min_score``/``max_score``) and a staleness limit
+   (``eligibility.max_staleness``, default 0); a recipe adds its own in
+   :meth:`Recipe.usable` (e.g. "carries a training signal").
+2. **Batching** — ``batching.batch_size`` units make a batch. A unit is one sample, or
+   with ``batching.group_by`` (a report ``metadata`` key) one complete group of
+   ``batching.group_size`` samples sharing that key's value; a sample missing the key
+   is rejected (``missing_group_key``).
+3. **Candidate production** — :meth:`Recipe.produce` writes a candidate folder from the
+   batch, starting from the parent release's files (a training backend; blocking, the
+   trainer runs it in a worker thread).
+4. **Evaluation** — :meth:`Recipe.evaluate` scores a folder (the candidate, or the
+   current release for comparison). It must be deterministic, so repeating it (after a
+   crash, or for the same candidate) gives the same result; an exception fails closed.
+5. **Gate** — :meth:`Recipe.select` applies ``gate.policy``: ``always``, ``floor``
+   (candidate score ≥ ``gate.floor``), ``win_margin`` (candidate ≥ current release +
+   ``gate.margin`` on the same evaluation), or a dotted ``pkg.mod:func`` called as
+   ``func(candidate, baseline, gate_config) -> Decision | bool``.
+
+Configuration is one frozen pydantic model per recipe (``extra="forbid"``), so an unknown
+key or a wrong type fails at start with the key's dotted name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from recipes.errors import RecipeConfigError, RecipeError
+from recipes.samples import Sample
+
+GATE_POLICIES = ("always", "floor", "win_margin")
+
+
+class StrictModel(BaseModel):
+    """Frozen, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Eligibility(StrictModel):
+    """Which samples may train."""
+
+    min_score: float | None = Field(default=None, description="Lowest admitted score (inclusive).")
+    max_score: float | None = Field(default=None, description="Highest admitted score (inclusive).")
+    max_staleness: int = Field(
+        default=0, ge=0, description="Releases the head may be ahead of the serving release."
+    )
+
+    def check(self, sample: Sample, staleness: int | None) -> str | None:
+        """``None`` when admitted, else the reason (``score_below_min``, ``stale``, ...)."""
+        if self.min_score is not None and sample.score < self.min_score:
+            return "score_below_min"
+        if self.max_score is not None and sample.score > self.max_score:
+            return "score_above_max"
+        if staleness is None:
+            return "unknown_release"
+        if staleness > self.max_staleness:
+            return "stale"
+        return None
+
+
+class Batching(StrictModel):
+    """How admitted samples form a batch."""
+
+    batch_size: int = Field(default=32, ge=1, description="Units per batch (samples or groups).")
+    group_by: str | None = Field(
+        default=None, description="Report metadata key that groups samples."
+    )
+    group_size: int = Field(default=1, ge=1, description="Samples that complete a group.")
+    max_wait_s: float | None = Field(
+        default=None, gt=0, description="Train a partial batch after this long without new samples."
+    )
+
+
+class GateConfig(StrictModel):
+    """Whether a candidate is selected."""
+
+    policy: str = Field(default="always", description="always | floor | win_margin | pkg.mod:func")
+    floor: float = Field(default=0.0, description="floor: the lowest selected candidate score.")
+    margin: float = Field(
+        default=0.0, description="win_margin: the least improvement over the head."
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value in GATE_POLICIES or ":" in value:
+            return value
+        raise ValueError(f"unknown gate policy {value!r} (always, floor, win_margin, pkg.mod:func)")
+
+
+class RecipeConfig(StrictModel):
+    """What every recipe's configuration holds."""
+
+    eligibility: Eligibility = Field(default_factory=Eligibility)
+    batching: Batching = Field(default_factory=Batching)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    on_stale: Literal["rebase", "drop"] = Field(
+        default="rebase",
+        description="A proposal whose parent is no longer the head: retrain or drop.",
+    )
+    max_rebases: int = Field(
+        default=2, ge=0, description="Re-bases of one batch before it is dropped."
+    )
+    decision_timeout_s: float = Field(
+        default=120.0, gt=0, description="Longest wait for the chain's decision on a proposal."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """An evaluator's verdict on one folder (candidate or current release)."""
+
+    evaluator: str
+    score: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"evaluator": self.evaluator, "score": self.score, "metrics": self.metrics}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The gate's answer; ``reason`` is shown in logs, status and the proposal."""
+
+    selected: bool
+    policy: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"selected": self.selected, "policy": self.policy, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Samples that train together (``groups`` is one tuple per unit)."""
+
+    scenario: str
+    groups: tuple[tuple[Sample, ...], ...]
+
+    @property
+    def samples(self) -> tuple[Sample, ...]:
+        return tuple(s for group in self.groups for s in group)
+
+    @property
+    def sample_ids(self) -> list[str]:
+        return sorted(s.sample_id for s in self.samples)
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """The release a candidate is built on: its files, or None for the built-in base."""
+
+    release_id: str
+    content_id: str
+    folder: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A produced candidate: its folder and the backend's training metrics."""
+
+    folder: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+C = TypeVar("C", bound=RecipeConfig)
+
+
+class Recipe(ABC, Generic[C]):
+    """Base of every recipe; subclasses set ``name``, ``config_model`` and the hooks."""
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[RecipeConfig]] = RecipeConfig
+    #: ``False`` for record-only recipes: no trainer runs for them
+    trains: ClassVar[bool] = True
+
+    def __init__(self, config: C) -> None:
+        self.config = config
+
+    @classmethod
+    def parse_config(
+        cls, data: Mapping[str, Any] | None, *, base_dir: Path | None = None
+    ) -> RecipeConfig:
+        """Validate a ``recipe:`` mapping; RecipeConfigError names each bad key.
+
+        ``base_dir`` is where relative paths in it are read from (the YAML's folder).
+        """
+        try:
+            return cls.config_model.model_validate(dict(data or {}), context={"base_dir": base_dir})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"recipe.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise RecipeConfigError(f"recipe {cls.name}: {problems}") from exc
+
+    def admit(self, sample: Sample, staleness: int | None) -> str | None:
+        """``None`` when the sample may train, else the rejection reason."""
+        return self.config.eligibility.check(sample, staleness) or self.usable(sample)
+
+    def usable(self, sample: Sample) -> str | None:
+        """Recipe-specific eligibility (after the shared rules); ``None`` = usable."""
+        return None
+
+    def group_of(self, sample: Sample) -> str | None:
+        """The sample's group value, or None when not grouping; raises if the key is missing."""
+        key = self.config.batching.group_by
+        if key is None:
+            return None
+        if key not in sample.metadata:
+            raise MissingGroupKeyError(key)
+        return str(sample.metadata[key])
+
+    @abstractmethod
+    def produce(self, batch: Batch, parent: Parent, out_dir: Path) -> Candidate:
+        """Write a candidate built on ``parent`` from ``batch`` into ``out_dir`` (blocking)."""
+
+    @abstractmethod
+    def evaluate(self, folder: Path | None) -> Evaluation:
+        """Score a release folder (None = the built-in base); deterministic (blocking)."""
+
+    def select(self, candidate: Evaluation, baseline: Evaluation | None) -> Decision:
+        from recipes.gates import decide
+
+        return decide(self.config.gate, candidate, baseline)
+
+
+class MissingGroupKeyError(RecipeError):
+    """A sample lacks the metadata key its recipe groups by."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"report metadata has no {key!r} (batching.group_by)")
+        self.key = key

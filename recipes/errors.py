@@ -1,0 +1,29 @@
+"""Errors of recipes and trainers, under Reef's one tree (:mod:`reef.errors`).
+
+ReefError
+├── ConfigError
+│   └── RecipeConfigError     a recipe's configuration is invalid (names the key)
+└── RecipeError               a recipe failed at run time
+    ├── TrainingError         a backend could not produce a candidate
+    └── EvaluationError       an evaluator failed (the gate then fails closed)
+"""
+
+from __future__ import annotations
+
+from reef.errors import ConfigError, ReefError
+
+
+class RecipeConfigError(ConfigError):
+    """A recipe's configuration is invalid; the message names the offending key."""
+
+
+class RecipeError(ReefError):
+    """A recipe failed while running."""
+
+
+class TrainingError(RecipeError):
+    """A training backend could not produce a candidate."""
+
+
+class EvaluationError(RecipeError):
+    """An evaluator could not score a candidate or release."""

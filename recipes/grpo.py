@@ -1,0 +1,130 @@
+"""``grpo``: group-relative policy gradient from scored samples, grouped by a metadata key.
+
+Samples sharing ``batching.group_by``'s value (e.g. ``prompt_id``: several answers to one
+prompt) form a group of ``batching.group_size``. Each sample's advantage is its score
+minus the group mean, divided by the group's standard deviation; groups whose scores
+are all equal carry no signal and are skipped. The policy update uses the token ids and
+log-probabilities the engine recorded with the answer (request ``"logprobs": true``:
+``meta_info.input_ids``, ``output_ids``, ``output_token_logprobs``) and the clipped
+importance ratio ``min(r·A, clip(r, 1-ε, 1+ε)·A)``, ``r = π_new / π_rollout`` per token,
+for ``training.steps`` steps at a small learning rate (see reference/learning-notes.md:
+3e-3 collapses the tiny model, 3e-4 improves it). Evaluation and gate are as in ``sft``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig, StrictModel
+from recipes.errors import TrainingError
+from recipes.samples import Sample
+from recipes.tasks import TaskSet
+
+
+class GrpoTraining(StrictModel):
+    base_model: str = Field(default="tiny", description="Creation weights (built-in or folder).")
+    learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate.")
+    steps: int = Field(default=4, ge=1, description="Optimizer steps per batch.")
+    clip: float = Field(default=0.2, gt=0, lt=1, description="Importance-ratio clip epsilon.")
+    threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
+    seed: int = Field(default=0, description="Seed of the training RNG.")
+
+
+class GrpoConfig(RecipeConfig):
+    training: GrpoTraining = Field(default_factory=GrpoTraining)
+    evaluation: TaskSet = Field(default_factory=TaskSet)
+
+    @model_validator(mode="after")
+    def _needs_groups(self) -> GrpoConfig:
+        if self.batching.group_by is None or self.batching.group_size < 2:
+            raise ValueError("grpo needs batching.group_by and batching.group_size >= 2")
+        if self.gate.policy != "always" and not (
+            self.evaluation.tasks or self.evaluation.tasks_file
+        ):
+            raise ValueError(f"gate.policy {self.gate.policy!r} needs evaluation tasks")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One recorded answer, token for token, with its group-relative advantage."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    advantage: float
+
+
+def tokens_of(sample: Sample) -> tuple[list[int], list[int], list[float]] | None:
+    """(prompt ids, output ids, rollout logprobs) the engine recorded, if it did."""
+    turn = sample.last()
+    response = turn.response if turn is not None else None
+    meta = response.get("meta_info") if isinstance(response, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    prompt, output, logprobs = (
+        meta.get("input_ids"),
+        meta.get("output_ids"),
+        meta.get("output_token_logprobs"),
+    )
+    if not (isinstance(prompt, list) and isinstance(output, list) and isinstance(logprobs, list)):
+        return None
+    if not output or len(logprobs) != len(output):
+        return None
+    try:
+        return [int(t) for t in prompt], [int(t) for t in output], [_lp(e) for e in logprobs]
+    except (TypeError, ValueError):
+        return None
+
+
+def _lp(entry: Any) -> float:
+    """SGLang's ``[logprob, token_id, text]`` or a bare number."""
+    return float(entry[0] if isinstance(entry, list) else entry)
+
+
+def rollouts(batch: Batch) -> list[Rollout]:
+    """Rollouts with normalised advantages; groups with no score spread are skipped."""
+    found: list[Rollout] = []
+    for group in batch.groups:
+        scores = [s.score for s in group]
+        spread = statistics.pstdev(scores)
+        if spread == 0:
+            continue
+        mean = statistics.fmean(scores)
+        for sample in group:
+            tokens = tokens_of(sample)
+            if tokens is not None:
+                found.append(Rollout(*tokens, advantage=(sample.score - mean) / spread))
+    return found
+
+
+class GrpoRecipe(Recipe[GrpoConfig]):
+    name = "grpo"
+    config_model = GrpoConfig
+
+    def usable(self, sample: Sample) -> str | None:
+        return None if tokens_of(sample) is not None else "no_token_data"
+
+    def produce(self, batch: Batch, parent: Parent, out_dir: Path) -> Candidate:
+        from trainers import torch_backend
+
+        found = rollouts(batch)
+        if not found:
+            raise TrainingError("no group of the batch has a score spread (all advantages 0)")
+        metrics = torch_backend.train_grpo(parent.folder, found, out_dir, self.config.training)
+        return Candidate(out_dir, metrics)
+
+    def evaluate(self, folder: Path | None) -> Evaluation:
+        from recipes.sft import evaluate_tasks
+
+        return evaluate_tasks(
+            folder,
+            self.config.evaluation,
+            base_model=self.config.training.base_model,
+            threads=self.config.training.threads,
+        )

@@ -1,0 +1,451 @@
+"""The trainer over a real embedded log and the real release chain, with a torch-free recipe.
+
+Samples are appended as SampleJoined directly (the join is tested elsewhere); the chain
+runs as an EmbeddedRuntime, so every proposal is decided as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipes.registry import build_recipe
+from reef import topics
+from reef.artifacts import LocalArtifactStore
+from reef.events import (
+    Event,
+    ReleaseCommitted,
+    ReleaseProposed,
+    SampleJoined,
+    ScenarioCreated,
+    utc_now,
+)
+from reef.eventstore import EventStore
+from reef.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_id
+from reef.log.embedded import EmbeddedLog
+from reef.processors.chain import ReleaseChainProcessor
+from reef.processors.embedded import EmbeddedRuntime
+from reef.releases import ContentStore
+from trainers.consumer import Trainer, TrainerConfig
+
+FAKE = "tests.support.fake_recipe:FakeRecipe"
+
+
+@dataclass
+class Harness:
+    tmp: Path
+    log: EmbeddedLog
+    store: EventStore
+    chain: EmbeddedRuntime
+    content: ContentStore
+
+    async def settle(self) -> None:
+        async with asyncio.timeout(30):
+            while sum((await self.chain.lag()).values()) > 0:
+                await asyncio.sleep(0.02)
+
+    async def create(self, scenario: str, recipe: str = FAKE) -> str:
+        initial = release_id(scenario, None, EMPTY_CONTENT_ID, "creation")
+        await self.store.append(
+            ScenarioCreated(
+                event_id=derived_id("scenario", scenario),
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="test",
+                recipe=recipe,
+                initial_release_id=initial,
+            )
+        )
+        await self.settle()
+        return initial
+
+    async def move_head(self, scenario: str, parent: str, score: float) -> str:
+        """An admin-style training proposal with real content; returns the new head."""
+        content_id = self.content.publish_files({"score.txt": f"{score:.6f}"})
+        await self.store.append(
+            ReleaseProposed(
+                event_id=new_record_id(),
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="admin",
+                proposal_id=new_record_id(),
+                content_id=content_id,
+                operation="training",
+                parent_release_id=parent,
+            )
+        )
+        await self.settle()
+        return release_id(scenario, parent, content_id, "training")
+
+    async def sample(
+        self,
+        scenario: str,
+        served_by: str,
+        *,
+        score: float = 1.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        sample_id = new_record_id()
+        turn = {
+            "receipt": new_record_id(),
+            "release_id": served_by,
+            "route": "/v1/chat/completions",
+            "request": {"messages": [{"role": "user", "content": "say hi"}]},
+            "response": {"choices": [{"message": {"role": "assistant", "content": "hi"}}]},
+        }
+        await self.store.append(
+            SampleJoined(
+                event_id=sample_id,
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="reef-join",
+                report_id=new_record_id(),
+                references=[turn["receipt"]],
+                trajectory_json=json.dumps([turn]),
+                score=score,
+                feedback_json=json.dumps({"correction": "hi"}),
+                metadata_json=json.dumps(metadata or {}),
+                release_ids=[served_by],
+            )
+        )
+        return sample_id
+
+    def trainer(self, config: dict[str, Any], *, recipe_name: str = FAKE) -> Trainer:
+        recipe = build_recipe(recipe_name, config)
+        trainer_config = TrainerConfig(recipe_name, "test", self.tmp / "trainer")
+        return Trainer(recipe, self.store, self.content, trainer_config)
+
+    async def events(self, topic: str) -> list[Event]:
+        return [s.event async for s in self.store.read(topic) if s.event is not None]
+
+    async def committed(self) -> list[ReleaseCommitted]:
+        """Training releases that consumed samples (the trainer's)."""
+        return [
+            e
+            for e in await self.events(topics.RELEASES)
+            if isinstance(e, ReleaseCommitted) and e.operation == "training" and e.sample_ids
+        ]
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    log = EmbeddedLog(tmp_path / "log.sqlite3")
+    await log.start()
+    await log.ensure_topics(list(topics.ALL_TOPICS))
+    store = EventStore(log)
+    chain = EmbeddedRuntime(log, ReleaseChainProcessor(), idle_wait=0.05)
+    await chain.start()
+    content = ContentStore(LocalArtifactStore.in_state_dir(tmp_path))
+    try:
+        yield Harness(tmp_path, log, store, chain, content)
+    finally:
+        await chain.close()
+        await log.close()
+
+
+@pytest.fixture
+def running() -> Callable[..., Any]:
+    """``async with running(trainer):`` runs it as a task for the block."""
+
+    class Running:
+        def __init__(self, trainer: Trainer) -> None:
+            self.trainer = trainer
+            self.task: asyncio.Task[None] | None = None
+
+        async def __aenter__(self) -> Trainer:
+            self.task = asyncio.create_task(self.trainer.run())
+            return self.trainer
+
+        async def __aexit__(self, *exc: object) -> None:
+            assert self.task is not None
+            failed = self.task.done() and not self.task.cancelled() and self.task.exception()
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            assert not failed, f"the trainer failed: {self.task.exception()!r}"
+
+    return Running
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------
+
+
+async def test_batches_become_releases_naming_parent_and_samples(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    ids = [await harness.sample("s", r0) for _ in range(4)]
+    trainer = harness.trainer({"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 5}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 2)
+    committed = await harness.committed()
+    assert committed[0].parent_release_id == r0
+    assert committed[1].parent_release_id == committed[0].release_id
+    assert sorted(committed[0].sample_ids + committed[1].sample_ids) == sorted(ids)
+    assert json.loads(committed[1].evaluation_json)["candidate"]["score"] == pytest.approx(0.2)
+    assert await harness.log.committed("trainer:" + FAKE, topics.SAMPLES)
+    assert json.loads(json.dumps(trainer.status()))["batches"] == 2  # GET /reef/status-ready
+
+
+async def test_staleness_limit_zero_skips_samples_of_an_older_release(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    r1 = await harness.move_head("s", r0, 0.5)
+    old = [await harness.sample("s", r0) for _ in range(2)]
+    fresh = [await harness.sample("s", r1) for _ in range(2)]
+    trainer = harness.trainer({"batching": {"batch_size": 2}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+        await until(lambda: trainer.status()["samples_skipped_stale"] == 2)
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(fresh)
+    assert not set(old) & set(release.sample_ids)
+    assert {r["reason"] for r in trainer.status()["recent_rejections"]} == {"stale"}
+
+
+async def test_staleness_limit_k_admits_samples_up_to_k_releases_behind(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    r1 = await harness.move_head("s", r0, 0.5)
+    await harness.move_head("s", r1, 0.6)
+    too_old = [await harness.sample("s", r0) for _ in range(2)]
+    admitted = [await harness.sample("s", r1) for _ in range(2)]
+    trainer = harness.trainer({"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 1}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+        await until(lambda: trainer.status()["samples_skipped_stale"] == 2)
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(admitted)
+    assert not set(too_old) & set(release.sample_ids)
+
+
+async def test_score_window_rejects_outside_scores(harness: Harness, running: Any) -> None:
+    r0 = await harness.create("s")
+    low = await harness.sample("s", r0, score=0.1)
+    ok = [await harness.sample("s", r0, score=0.8) for _ in range(2)]
+    trainer = harness.trainer({"batching": {"batch_size": 2}, "eligibility": {"min_score": 0.5}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(ok) and low not in release.sample_ids
+    assert trainer.status()["samples_skipped"] == {"score_below_min": 1}
+
+
+async def test_gate_fails_closed_when_the_evaluator_raises(harness: Harness, running: Any) -> None:
+    r0 = await harness.create("s")
+    for _ in range(2):
+        await harness.sample("s", r0)
+    trainer = harness.trainer({"batching": {"batch_size": 2}, "fail_evaluation": True})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["rejected"] == 1)
+        await until(lambda: trainer.status()["samples_pending"] == 0)
+    step = trainer.status()["steps"][-1]
+    assert step["outcome"] == "evaluation_failed"
+    assert "broken" in step["reason"]
+    assert await harness.events(topics.RELEASE_PROPOSALS) == []  # nothing proposed
+
+
+async def test_gate_rejection_proposes_nothing_and_keeps_the_head(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    for _ in range(2):
+        await harness.sample("s", r0)
+    trainer = harness.trainer(
+        {"batching": {"batch_size": 2}, "gate": {"policy": "win_margin", "margin": 0.5}}
+    )
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["rejected"] == 1)
+    step = trainer.status()["steps"][-1]
+    assert step["outcome"] == "gate_rejected" and "margin 0.5" in step["reason"]
+    assert await harness.events(topics.RELEASE_PROPOSALS) == []
+    assert trainer.follower.view.head("s") == (r0, EMPTY_CONTENT_ID)
+
+
+async def test_missing_group_key_is_rejected_with_a_clear_reason(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    lone = await harness.sample("s", r0)
+    grouped = [await harness.sample("s", r0, metadata={"prompt_id": "p1"}) for _ in range(2)]
+    trainer = harness.trainer(
+        {"batching": {"batch_size": 1, "group_by": "prompt_id", "group_size": 2}}
+    )
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    (rejection,) = trainer.status()["recent_rejections"]
+    assert rejection["sample_id"] == lone
+    assert rejection["reason"] == "missing_group_key"
+    assert "'prompt_id'" in rejection["detail"] and "group_by" in rejection["detail"]
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(grouped)
+
+
+async def test_a_restart_never_trains_consumed_samples_again(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    for _ in range(2):
+        await harness.sample("s", r0)
+    config = {"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 9}}
+    first = harness.trainer(config)
+    async with running(first):
+        await until(lambda: first.status()["candidates"]["accepted"] == 1)
+    # a crash after the release committed but before the offsets were: rewind them
+    await harness.log.commit("trainer:" + FAKE, topics.SAMPLES, dict.fromkeys(range(6), 0))
+    second = harness.trainer(config)
+    async with running(second):
+        await until(lambda: second.status()["samples_skipped"].get("already_consumed") == 2)
+    assert second.status()["batches"] == 0
+    assert len(await harness.committed()) == 1
+
+
+async def test_a_stale_proposal_is_rebased_on_the_new_head(harness: Harness, running: Any) -> None:
+    r0 = await harness.create("s")
+    for _ in range(2):
+        await harness.sample("s", r0)
+    trainer = harness.trainer(
+        {"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 5}, "train_seconds": 1.0}
+    )
+    async with running(trainer):
+        await until(lambda: bool(trainer.status()["steps"]))
+        r1 = await harness.move_head("s", r0, 0.5)  # while the candidate trains
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    assert trainer.status()["proposals"]["rejected:stale_parent"] == 1
+    release = (await harness.committed())[-1]
+    assert release.parent_release_id == r1
+    assert json.loads(release.evaluation_json)["candidate"]["score"] == pytest.approx(0.6)
+
+
+async def test_a_stale_proposal_is_dropped_when_the_recipe_says_so(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    for _ in range(2):
+        await harness.sample("s", r0)
+    trainer = harness.trainer(
+        {
+            "batching": {"batch_size": 2},
+            "eligibility": {"max_staleness": 5},
+            "train_seconds": 1.0,
+            "on_stale": "drop",
+        }
+    )
+    async with running(trainer):
+        await until(lambda: bool(trainer.status()["steps"]))
+        await harness.move_head("s", r0, 0.5)
+        await until(lambda: trainer.status()["proposals"].get("rejected:stale_parent") == 1)
+        await until(lambda: trainer.status()["samples_pending"] == 0)
+    assert await harness.committed() == []
+    assert trainer.status()["candidates"]["accepted"] == 0
+
+
+async def test_scenarios_of_other_recipes_are_ignored(harness: Harness, running: Any) -> None:
+    r0 = await harness.create("other", recipe="core")
+    for _ in range(2):
+        await harness.sample("other", r0)
+    trainer = harness.trainer({"batching": {"batch_size": 1}})
+    async with running(trainer):
+        await asyncio.sleep(1.0)
+    assert trainer.status()["samples_read"] == 0 and trainer.status()["batches"] == 0
+
+
+async def test_in_process_trainer_is_supervised_and_resumes_after_a_failure(
+    harness: Harness, tmp_path: Path
+) -> None:
+    from reef.settings import Settings
+    from trainers import runner
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text(
+        "recipe:\n  batching: {batch_size: 2}\n  eligibility: {max_staleness: 5}\n"
+        "  decision_timeout_s: 0.5\n"
+    )
+    settings = Settings(state_dir=tmp_path, recipe=FAKE, recipe_config=config)
+    r0 = await harness.create("s")
+    await harness.chain.close()  # no release chain: the proposal is never decided
+    ids = [await harness.sample("s", r0) for _ in range(2)]
+    async with runner.in_process_trainer(
+        settings, harness.store, harness.content, "test", first_backoff_s=0.1
+    ) as trainer:
+        assert trainer is not None
+        await until(lambda: trainer.status()["error"] is not None)
+        assert "no decision on proposal" in trainer.status()["error"]
+        harness.chain = EmbeddedRuntime(harness.log, ReleaseChainProcessor(), idle_wait=0.05)
+        await harness.chain.start()
+        await until(lambda: bool(trainer.status()["committed_offsets"]))
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(ids)
+    proposals = await harness.events(topics.RELEASE_PROPOSALS)
+    assert len({p.proposal_id for p in proposals if isinstance(p, ReleaseProposed)}) == 1
+
+
+async def test_in_process_trainer_is_none_for_record_only_recipes(
+    harness: Harness, tmp_path: Path
+) -> None:
+    from reef.settings import Settings
+    from trainers.runner import in_process_trainer
+
+    for settings in (
+        Settings(state_dir=tmp_path),  # core
+        Settings(state_dir=tmp_path, recipe=FAKE, trainer_in_process=False),
+    ):
+        async with in_process_trainer(settings, harness.store, harness.content, "t") as trainer:
+            assert trainer is None
+
+
+async def test_a_partial_batch_trains_after_max_wait(harness: Harness, running: Any) -> None:
+    r0 = await harness.create("s")
+    ids = [await harness.sample("s", r0) for _ in range(2)]
+    trainer = harness.trainer({"batching": {"batch_size": 5, "max_wait_s": 0.3}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    (release,) = await harness.committed()
+    assert sorted(release.sample_ids) == sorted(ids)
+
+
+async def test_samples_another_release_consumed_meanwhile_are_left_out(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    taken, kept = await harness.sample("s", r0), await harness.sample("s", r0)
+    trainer = harness.trainer(
+        {"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 5}, "train_seconds": 1.0}
+    )
+    async with running(trainer):
+        await until(lambda: bool(trainer.status()["steps"]))
+        # another writer commits a release that consumes one of the batch's samples
+        content_id = harness.content.publish_files({"score.txt": "0.5"})
+        await harness.store.append(
+            ReleaseProposed(
+                event_id=new_record_id(),
+                scenario="s",
+                occurred_at=utc_now(),
+                producer="other-trainer",
+                proposal_id=new_record_id(),
+                content_id=content_id,
+                operation="training",
+                parent_release_id=r0,
+                sample_ids=[taken],
+            )
+        )
+        await harness.settle()
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    mine = [c for c in await harness.committed() if kept in c.sample_ids]
+    assert [c.sample_ids for c in mine] == [[kept]]
+    assert trainer.status()["samples_skipped"] == {"already_consumed": 1}

@@ -1,0 +1,127 @@
+"""What a trainer knows of the release chain: a pure fold, and a follower that feeds it.
+
+:class:`ChainView` folds ``reef.scenarios`` (each scenario's recipe), ``reef.releases``
+(heads, release heights, consumed sample ids, decisions) and ``reef.release-proposals``
+(proposals, to find this trainer group's undecided ones after a restart). A release's
+*height* is its position in the scenario's line of serving releases (creation = 0), so
+the staleness of a sample is ``height(head) - height(release that served it)``.
+
+:class:`ChainFollower` catches the view up to the log's current end on demand (no
+background task: callers catch up before they decide, and poll while they wait).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from reef import topics
+from reef.events import (
+    Event,
+    ReleaseCommitted,
+    ReleaseProposed,
+    ReleaseRejected,
+    ScenarioCreated,
+)
+from reef.eventstore import EventStore
+
+
+@dataclass(frozen=True, slots=True)
+class ChainDecision:
+    """The chain's answer to one proposal."""
+
+    committed: bool
+    release_id: str | None = None
+    reason: str | None = None
+    head_release_id: str | None = None
+
+
+@dataclass(slots=True)
+class ScenarioChain:
+    head: str | None = None
+    heights: dict[str, int] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)
+
+
+class ChainView:
+    """Pure fold; apply events in log order per topic (topics may interleave freely)."""
+
+    def __init__(self) -> None:
+        self.recipes: dict[str, str] = {}
+        self.chains: dict[str, ScenarioChain] = {}
+        #: sample id → the committed release that consumed it
+        self.consumed: dict[str, str] = {}
+        self.decisions: dict[str, ChainDecision] = {}
+        self.proposals: dict[str, ReleaseProposed] = {}
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, ScenarioCreated):
+            self.recipes.setdefault(event.scenario, event.recipe)
+        elif isinstance(event, ReleaseCommitted):
+            self._committed(event)
+        elif isinstance(event, ReleaseRejected):
+            self.decisions.setdefault(
+                event.proposal_id,
+                ChainDecision(False, reason=event.reason, head_release_id=event.head_release_id),
+            )
+        elif isinstance(event, ReleaseProposed):
+            self.proposals.setdefault(event.proposal_id, event)
+
+    def _committed(self, event: ReleaseCommitted) -> None:
+        chain = self.chains.setdefault(event.scenario, ScenarioChain())
+        self.decisions.setdefault(
+            event.proposal_id,
+            ChainDecision(True, release_id=event.release_id, head_release_id=event.release_id),
+        )
+        for sample in event.sample_ids:
+            self.consumed.setdefault(sample, event.release_id)
+        chain.contents.setdefault(event.release_id, event.content_id)
+        if event.pending or event.release_id in chain.heights:
+            return
+        chain.heights[event.release_id] = len(chain.heights)
+        chain.head = event.release_id
+
+    def head(self, scenario: str) -> tuple[str, str] | None:
+        """(release id, content id) of the scenario's head, once known."""
+        chain = self.chains.get(scenario)
+        if chain is None or chain.head is None:
+            return None
+        return chain.head, chain.contents[chain.head]
+
+    def staleness(self, scenario: str, release_ids: Iterable[str]) -> int | None:
+        """Releases the head is ahead of the oldest serving release; None if one is unknown."""
+        chain = self.chains.get(scenario)
+        if chain is None or chain.head is None:
+            return None
+        served = list(release_ids)
+        if not served or any(r not in chain.heights for r in served):
+            return None
+        return chain.heights[chain.head] - min(chain.heights[r] for r in served)
+
+    def undecided(self, producer_prefix: str) -> list[str]:
+        """Proposals made by producers named ``<prefix>...`` that have no decision yet."""
+        return [
+            proposal_id
+            for proposal_id, event in self.proposals.items()
+            if event.producer.startswith(producer_prefix) and proposal_id not in self.decisions
+        ]
+
+
+FOLLOWED = (topics.SCENARIOS, topics.RELEASES, topics.RELEASE_PROPOSALS)
+
+
+class ChainFollower:
+    """Reads the followed topics from where it stopped to their current end."""
+
+    def __init__(self, store: EventStore, view: ChainView | None = None) -> None:
+        self.store = store
+        self.view = view or ChainView()
+        self._positions: dict[str, dict[int, int]] = {topic: {} for topic in FOLLOWED}
+
+    async def catch_up(self) -> None:
+        for topic in FOLLOWED:
+            positions = self._positions[topic]
+            async for stored in self.store.read(topic, start=dict(positions)):
+                positions[stored.record.partition] = stored.record.offset + 1
+                if stored.event is not None:
+                    self.view.apply(stored.event)

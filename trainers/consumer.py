@@ -1,0 +1,483 @@
+"""The trainer: a consumer of ``reef.samples`` (group ``trainer:<recipe>``) driving a recipe.
+
+Order of work, written down once (what a crash between two steps means is in brackets):
+
+1. Catch the chain view up (``reef.scenarios``, ``reef.releases``,
+   ``reef.release-proposals``) and wait for the decision on any proposal this group
+   made that is still undecided (a crash after step 5 and before step 6), so the set of
+   consumed sample ids is complete before anything is read.
+2. Read ``reef.samples`` from the group's committed offsets. A sample of a scenario
+   bound to another recipe, or already consumed by a committed release, is skipped; one
+   the recipe does not admit (score window, staleness, missing group key, no training
+   signal) is skipped with its reason counted; the rest wait in the batcher.
+3. When a scenario has a full batch (or ``max_wait_s`` passed without a new sample):
+   drop waiting samples that became stale or consumed, take the batch, materialise the
+   head release and let the recipe produce a candidate from it (worker thread).
+4. Evaluate the candidate and the head on the same evaluation, at most once per
+   candidate / release (cached); an evaluation error rejects (fails closed). The gate
+   decides. A rejected candidate proposes nothing: the head keeps serving, the batch is
+   done (counted, logged). [A crash here retrains the batch: no release holds it.]
+5. Publish the candidate's folder (content-addressed), then append ReleaseProposed
+   naming the parent it trained from and the sample ids it consumed. Its proposal id is
+   derived from (group, scenario, parent, sample ids), so a retry after a crash is the
+   same proposal and the chain decides it once.
+6. Wait for the chain's ReleaseCommitted / ReleaseRejected with that proposal id.
+   ``stale_parent``: retrain on the new head (``on_stale: rebase``, at most
+   ``max_rebases`` times) or drop; ``samples_already_consumed``: retrain without the
+   consumed samples. [A crash while waiting: step 1 waits for the decision instead.]
+7. Only then commit the group's offsets: per partition, the offset of the oldest sample
+   still pending (waiting or in a batch being decided), else the read position. [A
+   crash before this rereads samples; consumed ones are skipped in step 2.]
+
+A sample therefore ends in at most one release: the chain refuses a second consumption,
+and the trainer never proposes a sample it knows to be consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipes.base import Batch, Evaluation, MissingGroupKeyError, Parent, Recipe
+from recipes.errors import RecipeError
+from recipes.samples import ClaimResolver, Sample, sample_from_event
+from reef import topics
+from reef.artifacts import materialise_cached
+from reef.errors import ReefError
+from reef.events import ReleaseProposed, SampleJoined, utc_now
+from reef.eventstore import EventStore
+from reef.ids import EMPTY_CONTENT_ID, canonical_json, derived_id
+from reef.log.base import LogRecord
+from reef.releases import ContentStore
+from trainers.batcher import Batcher
+from trainers.chainview import ChainDecision, ChainFollower
+from trainers.progress import Progress
+
+logger = logging.getLogger("reef.trainer")
+
+POLL_SECONDS = 0.2
+#: evaluations remembered (by candidate id / release content id)
+EVALUATIONS_KEPT = 256
+
+
+class TrainerError(ReefError):
+    """The trainer cannot go on (e.g. the chain never decided a proposal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerConfig:
+    recipe_name: str
+    producer: str
+    work_dir: Path
+    #: partitions of ``reef.samples`` this trainer owns (None: all of them)
+    partitions: tuple[int, ...] | None = None
+
+    @property
+    def group(self) -> str:
+        return f"trainer:{self.recipe_name}"
+
+
+class Trainer:
+    """One member of the ``trainer:<recipe>`` group; :meth:`run` until cancelled."""
+
+    def __init__(
+        self,
+        recipe: Recipe[Any],
+        store: EventStore,
+        content: ContentStore,
+        config: TrainerConfig,
+        *,
+        resolve: ClaimResolver | None = None,
+    ) -> None:
+        self.recipe = recipe
+        self.store = store
+        self.content = content
+        self.config = config
+        self.resolve = resolve
+        self.follower = ChainFollower(store)
+        self.batcher = Batcher(recipe.config.batching)
+        self.progress = Progress(config.recipe_name, config.group)
+        self._read: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
+        self._pending: dict[str, tuple[int, int]] = {}
+        self._evaluations: dict[str, Evaluation] = {}
+        self._queue: asyncio.Queue[LogRecord] = asyncio.Queue(maxsize=1000)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.progress.running = True
+        try:
+            await self._start()
+            reader = asyncio.create_task(self._reader(), name="trainer-reader")
+            try:
+                await self._loop(reader)
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+        finally:
+            self.progress.running = False
+
+    async def _start(self) -> None:
+        await self.follower.catch_up()
+        for proposal_id in self.follower.view.undecided(self.config.group + "/"):
+            logger.info("waiting for the chain's decision on earlier proposal %s", proposal_id)
+            await self._decision(proposal_id)
+        committed = await self.store.log.committed(self.config.group, topics.SAMPLES)
+        owned = self._owned()
+        self._read = {p: committed.get(p, 0) for p in owned}
+        self._committed = dict(self._read)
+        logger.info(
+            "trainer %s (%s) starts at %s",
+            self.config.group,
+            self.recipe.name,
+            {p: o for p, o in self._read.items() if o},
+        )
+
+    def _owned(self) -> list[int]:
+        if self.config.partitions is not None:
+            return list(self.config.partitions)
+        return list(range(self.store.log.partitions))
+
+    async def _reader(self) -> None:
+        async for record in self.store.log.read(
+            topics.SAMPLES, start=dict(self._read), partitions=self._owned(), follow=True
+        ):
+            await self._queue.put(record)
+
+    async def _loop(self, reader: asyncio.Task[None]) -> None:
+        wait = self.recipe.config.batching.max_wait_s
+        while True:
+            if reader.done():
+                reader.result()  # re-raise the reader's failure
+                raise TrainerError("the sample reader stopped")
+            try:
+                record = await asyncio.wait_for(self._queue.get(), wait or 1.0)
+            except TimeoutError:
+                if wait is not None:
+                    await self._train_ready(partial=True)
+                await self._commit()
+                continue
+            await self._ingest(record)
+            if self._queue.empty():
+                await self._train_ready(partial=False)
+                await self._commit()
+
+    # -- step 2: admission ----------------------------------------------------------------
+
+    async def _ingest(self, record: LogRecord) -> None:
+        self._read[record.partition] = record.offset + 1
+        stored = self.store.decode(record)
+        event = stored.event
+        if not isinstance(event, SampleJoined):
+            return
+        view = self.follower.view
+        if event.scenario not in view.recipes or (
+            view.staleness(event.scenario, event.release_ids) is None
+        ):
+            await self.follower.catch_up()
+        if view.recipes.get(event.scenario) != self.config.recipe_name:
+            return
+        self.progress.samples_read += 1
+        if event.event_id in view.consumed or event.event_id in self.batcher:
+            if event.event_id in view.consumed:
+                self.progress.skip(event.event_id, event.scenario, "already_consumed")
+            return
+        try:
+            sample = await asyncio.to_thread(
+                sample_from_event,
+                event,
+                partition=record.partition,
+                offset=record.offset,
+                resolve=self.resolve,
+            )
+        except ReefError as exc:
+            self._skip(event.event_id, event.scenario, "unreadable", str(exc))
+            return
+        self._admit(sample)
+
+    def _admit(self, sample: Sample) -> None:
+        reason = self._reason(sample)
+        if reason is not None:
+            self._skip(sample.sample_id, sample.scenario, reason)
+            return
+        try:
+            group = self.recipe.group_of(sample)
+        except MissingGroupKeyError as exc:
+            self._skip(sample.sample_id, sample.scenario, "missing_group_key", str(exc))
+            return
+        self.batcher.add(sample, group)
+        self._pending[sample.sample_id] = (sample.partition, sample.offset)
+
+    def _reason(self, sample: Sample) -> str | None:
+        if sample.sample_id in self.follower.view.consumed:
+            return "already_consumed"
+        staleness = self.follower.view.staleness(sample.scenario, sample.release_ids)
+        return self.recipe.admit(sample, staleness)
+
+    def _skip(self, sample_id: str, scenario: str, reason: str, detail: str = "") -> None:
+        self.progress.skip(sample_id, scenario, reason, detail)
+        logger.info("sample %s of %s skipped: %s %s", sample_id, scenario, reason, detail)
+
+    # -- steps 3-6: batches -------------------------------------------------------------
+
+    async def _train_ready(self, *, partial: bool) -> None:
+        for scenario in self.batcher.scenarios():
+            if not partial and not self.batcher.ready(scenario):
+                continue
+            await self.follower.catch_up()
+            for sample, reason in self.batcher.prune(scenario, self._reason):
+                self._pending.pop(sample.sample_id, None)
+                self._skip(sample.sample_id, scenario, reason)
+            batch = self.batcher.take(scenario, partial=partial)
+            while batch is not None:
+                await self._step(batch)
+                await self._commit()
+                batch = self.batcher.take(scenario, partial=False)
+
+    async def _step(self, batch: Batch) -> None:
+        self.progress.batches += 1
+        rebases = 0
+        ids = [s.sample_id for s in batch.samples]
+        try:
+            while batch.samples:
+                decision = await self._attempt(batch)
+                if decision is None or decision.committed:
+                    return
+                retry = self._retry(batch, decision, rebases)
+                if retry is None:
+                    return
+                batch, rebases = retry, rebases + 1
+        finally:
+            self.batcher.release(ids)
+            for sample_id in ids:
+                self._pending.pop(sample_id, None)
+
+    def _retry(self, batch: Batch, decision: ChainDecision, rebases: int) -> Batch | None:
+        """The batch to train again after a chain rejection, or None to drop it.
+
+        Units holding a sample that another release consumed meanwhile are left out.
+        """
+        if rebases >= self.recipe.config.max_rebases:
+            return None
+        stale = decision.reason == "stale_parent" and self.recipe.config.on_stale == "rebase"
+        if not stale and decision.reason != "samples_already_consumed":
+            return None
+        if stale:
+            logger.info("the head moved to %s: re-basing the batch", decision.head_release_id)
+        consumed = self.follower.view.consumed
+        groups = tuple(g for g in batch.groups if not any(s.sample_id in consumed for s in g))
+        for group in batch.groups:
+            if group not in groups:
+                for sample in group:
+                    self._skip(sample.sample_id, batch.scenario, "already_consumed")
+        return Batch(batch.scenario, groups)
+
+    async def _attempt(self, batch: Batch) -> ChainDecision | None:
+        """Train, evaluate, gate and propose once; None when nothing was proposed."""
+        await self.follower.catch_up()
+        head = self.follower.view.head(batch.scenario)
+        if head is None:
+            raise TrainerError(f"scenario {batch.scenario} has no head release")
+        release_id, content_id = head
+        candidate_id = derived_id(
+            "candidate", self.config.group, batch.scenario, release_id, *batch.sample_ids
+        )
+        step: dict[str, Any] = {
+            "scenario": batch.scenario,
+            "parent_release_id": release_id,
+            "samples": len(batch.samples),
+            "at": time.time(),
+        }
+        self.progress.steps.append(step)
+        logger.info(
+            "training %d samples of %s on release %s",
+            len(batch.samples),
+            batch.scenario,
+            release_id,
+        )
+        out_dir = self.config.work_dir / "candidates" / candidate_id
+        try:
+            return await self._candidate(batch, release_id, content_id, candidate_id, out_dir, step)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, out_dir, True)
+
+    async def _candidate(
+        self,
+        batch: Batch,
+        release_id: str,
+        content_id: str,
+        candidate_id: str,
+        out_dir: Path,
+        step: dict[str, Any],
+    ) -> ChainDecision | None:
+        parent = Parent(release_id, content_id, await self._materialise(content_id))
+        try:
+            candidate = await asyncio.to_thread(self.recipe.produce, batch, parent, out_dir)
+        except Exception as exc:  # a failed candidate drops its batch, not the trainer
+            self.progress.candidates["failed"] += 1
+            step.update(outcome="training_failed", reason=f"{type(exc).__name__}: {exc}")
+            logger.error(
+                "training on %s failed: %s",
+                batch.scenario,
+                exc,
+                exc_info=not isinstance(exc, RecipeError),
+            )
+            return None
+        step["training"] = candidate.metrics
+        verdict = await self._gate(candidate_id, candidate.folder, parent, step)
+        if verdict is None:
+            return None
+        new_content = await asyncio.to_thread(self.content.publish_dir, candidate.folder)
+        proposal = self._proposal(batch, release_id, new_content, candidate.metrics, verdict)
+        await self.store.append(proposal)
+        self.progress.proposals["proposed"] += 1
+        logger.info(
+            "proposed %s on %s (%d samples); waiting for the chain",
+            proposal.proposal_id,
+            release_id,
+            len(batch.samples),
+        )
+        decision = await self._decision(proposal.proposal_id)
+        self._record(step, proposal.proposal_id, decision)
+        return decision
+
+    async def _gate(
+        self, candidate_id: str, folder: Path, parent: Parent, step: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Evaluate and decide; the evaluation JSON when selected, None when rejected."""
+        try:
+            evaluation = await self._evaluate(candidate_id, folder)
+            baseline = await self._evaluate(f"release:{parent.content_id}", parent.folder)
+        except Exception as exc:  # any evaluator failure rejects the candidate (fail closed)
+            self._rejected(step, "evaluation_failed", f"{type(exc).__name__}: {exc}")
+            return None
+        decision = self.recipe.select(evaluation, baseline)
+        step.update(candidate_score=evaluation.score, baseline_score=baseline.score)
+        if not decision.selected:
+            self._rejected(step, "gate_rejected", decision.reason)
+            return None
+        logger.info("candidate selected (%s): %s", decision.policy, decision.reason)
+        return {
+            "candidate": evaluation.as_json(),
+            "baseline": baseline.as_json(),
+            "decision": decision.as_json(),
+        }
+
+    def _rejected(self, step: dict[str, Any], outcome: str, reason: str) -> None:
+        self.progress.candidates["rejected"] += 1
+        step.update(outcome=outcome, reason=reason)
+        logger.warning(
+            "candidate for %s rejected (%s): %s; the head keeps serving",
+            step["scenario"],
+            outcome,
+            reason,
+        )
+
+    async def _evaluate(self, key: str, folder: Path | None) -> Evaluation:
+        """At most one evaluation per candidate / release (repeats return the first)."""
+        if key not in self._evaluations:
+            if len(self._evaluations) >= EVALUATIONS_KEPT:
+                del self._evaluations[next(iter(self._evaluations))]  # the oldest
+            self._evaluations[key] = await asyncio.to_thread(self.recipe.evaluate, folder)
+        return self._evaluations[key]
+
+    async def _materialise(self, content_id: str) -> Path | None:
+        if content_id == EMPTY_CONTENT_ID:
+            return None
+        manifest = await asyncio.to_thread(self.content.load, content_id)
+        cache = self.config.work_dir / "releases"
+        return await asyncio.to_thread(materialise_cached, self.content.store, manifest, cache)
+
+    def _proposal(
+        self,
+        batch: Batch,
+        parent: str,
+        content_id: str,
+        metrics: dict[str, float],
+        evaluation: dict[str, Any],
+    ) -> ReleaseProposed:
+        proposal_id = derived_id(
+            "proposal", self.config.group, batch.scenario, parent, *batch.sample_ids
+        )
+        return ReleaseProposed(
+            event_id=derived_id("proposed", proposal_id),
+            scenario=batch.scenario,
+            occurred_at=utc_now(),
+            producer=f"{self.config.group}/{self.config.producer}",
+            proposal_id=proposal_id,
+            content_id=content_id,
+            operation="training",
+            parent_release_id=parent,
+            metrics_json=canonical_json(
+                {"recipe": self.recipe.name, "samples": len(batch.samples), **metrics}
+            ),
+            evaluation_json=canonical_json(evaluation),
+            sample_ids=batch.sample_ids,
+        )
+
+    async def _decision(self, proposal_id: str) -> ChainDecision:
+        deadline = time.monotonic() + self.recipe.config.decision_timeout_s
+        while True:
+            await self.follower.catch_up()
+            decision = self.follower.view.decisions.get(proposal_id)
+            if decision is not None:
+                return decision
+            if time.monotonic() > deadline:
+                raise TrainerError(
+                    f"no decision on proposal {proposal_id} within "
+                    f"{self.recipe.config.decision_timeout_s:.0f}s: is the release chain running?"
+                )
+            await asyncio.sleep(POLL_SECONDS)
+
+    def _record(self, step: dict[str, Any], proposal_id: str, decision: ChainDecision) -> None:
+        step["proposal_id"] = proposal_id
+        if decision.committed:
+            self.progress.candidates["accepted"] += 1
+            self.progress.proposals["committed"] += 1
+            step.update(outcome="committed", release_id=decision.release_id)
+            logger.info(
+                "release %s committed for %s (score %.4f, head was %.4f)",
+                decision.release_id,
+                step["scenario"],
+                step.get("candidate_score", float("nan")),
+                step.get("baseline_score", float("nan")),
+            )
+        else:
+            self.progress.proposals[f"rejected:{decision.reason}"] += 1
+            step.update(outcome="chain_rejected", reason=decision.reason)
+            logger.warning("the chain rejected proposal %s: %s", proposal_id, decision.reason)
+
+    # -- step 7: offsets ------------------------------------------------------------------
+
+    async def _commit(self) -> None:
+        target = dict(self._read)
+        for partition, offset in self._pending.values():
+            target[partition] = min(target.get(partition, offset), offset)
+        changed = {p: o for p, o in target.items() if self._committed.get(p) != o}
+        if changed:
+            await self.store.log.commit(self.config.group, topics.SAMPLES, changed)
+            self._committed.update(changed)
+
+    def reset(self) -> None:
+        """Forget what is only in memory, so :meth:`run` starts over from the committed
+        offsets (as a restarted process would); the counters are kept."""
+        self.follower = ChainFollower(self.store)
+        self.batcher = Batcher(self.recipe.config.batching)
+        self._pending.clear()
+        self._queue = asyncio.Queue(maxsize=1000)
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Counters for GET /reef/status and ``reef trainer`` logs."""
+        body = self.progress.as_json(len(self._pending))
+        body["committed_offsets"] = {str(p): o for p, o in sorted(self._committed.items()) if o}
+        return body

@@ -1,0 +1,112 @@
+"""Running a trainer: as ``reef trainer`` (its own process) or inside ``reef serve``.
+
+In-process (the embedded default), :func:`in_process_trainer` is an async context
+manager for the app's lifespan: it resolves the deployment's recipe once (a bad
+configuration raises at start), yields the running :class:`Trainer` (None for a
+record-only recipe such as ``core``, or with ``trainer_in_process`` off) and supervises
+it: an unexpected failure is logged, shown in ``status()["error"]`` and the trainer
+restarts after a backoff (it resumes from its committed offsets, as after a crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from recipes.base import Recipe
+from recipes.registry import recipe_from_settings
+from reef.artifacts import ClaimCheck
+from reef.eventstore import EventStore
+from reef.releases import ContentStore, open_store
+from reef.settings import Settings
+from trainers.consumer import Trainer, TrainerConfig
+
+logger = logging.getLogger("reef.trainer")
+
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 60.0
+
+
+def build_trainer(
+    settings: Settings,
+    store: EventStore,
+    content: ContentStore | None = None,
+    *,
+    recipe: Recipe[Any] | None = None,
+    config_file: Path | None = None,
+    producer: str | None = None,
+    partitions: tuple[int, ...] | None = None,
+) -> Trainer:
+    """A trainer for the deployment's recipe (not started)."""
+    chosen = recipe or recipe_from_settings(settings, config_file)
+    content = content or ContentStore(open_store(settings))
+    claims = ClaimCheck(content.store, settings.claim_check_bytes)
+    config = TrainerConfig(
+        recipe_name=settings.recipe,
+        producer=producer or f"{socket.gethostname()}-{os.getpid()}",
+        work_dir=settings.state_dir / "trainer" / settings.recipe.replace(":", "_"),
+        partitions=partitions,
+    )
+    return Trainer(chosen, store, content, config, resolve=lambda ref: claims.resolve(None, ref))
+
+
+async def run_trainer(
+    settings: Settings,
+    store: EventStore,
+    content: ContentStore | None = None,
+    *,
+    recipe: Recipe[Any] | None = None,
+    producer: str | None = None,
+) -> None:
+    """Run the deployment's trainer until cancelled (returns at once for ``core``)."""
+    trainer = build_trainer(settings, store, content, recipe=recipe, producer=producer)
+    if not trainer.recipe.trains:
+        return
+    await trainer.run()
+
+
+@contextlib.asynccontextmanager
+async def in_process_trainer(
+    settings: Settings,
+    store: EventStore,
+    content: ContentStore,
+    producer: str,
+    *,
+    first_backoff_s: float = FIRST_BACKOFF_S,
+) -> AsyncIterator[Trainer | None]:
+    """The trainer as a supervised task of the app (None when the recipe never trains)."""
+    recipe = recipe_from_settings(settings)
+    if not recipe.trains or not settings.trainer_in_process:
+        yield None
+        return
+    trainer = build_trainer(settings, store, content, recipe=recipe, producer=producer)
+    task = asyncio.create_task(supervise(trainer, first_backoff_s), name="trainer")
+    try:
+        yield trainer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def supervise(trainer: Trainer, first_backoff_s: float = FIRST_BACKOFF_S) -> None:
+    """Run the trainer; after a failure log it, show it in status and start again."""
+    backoff = first_backoff_s
+    while True:
+        try:
+            await trainer.run()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the supervisor's job: keep the trainer alive, loudly
+            trainer.progress.error = f"{type(exc).__name__}: {exc}"
+            logger.exception("trainer failed; restarting in %.0fs", backoff)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, MAX_BACKOFF_S)
+        trainer.reset()
