@@ -8,6 +8,7 @@ import click
 
 from reef import __version__
 from reef.audit_cli import audit_group
+from reef.demo import demo
 from reef.engine.cli import engine
 from reef.errors import ReefError
 from reef.export import export
@@ -51,6 +52,7 @@ main.add_command(export)
 main.add_command(sidecar)
 main.add_command(engine)
 main.add_command(trainer)
+main.add_command(demo)
 
 
 if __name__ == "__main__":
