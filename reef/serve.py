@@ -34,6 +34,9 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
             click.echo(f"{name:28} {value:40} ({source})")
         return
     settings = loaded.settings
+    if config_file is not None and settings.recipe_config is None:
+        # the deployment file's `recipe:` section configures its recipe too
+        settings = settings.model_copy(update={"recipe_config": config_file})
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -84,6 +84,9 @@ class Settings(BaseModel):
     )
     seed_dir: Path | None = Field(None, description="Folder new scenarios start from.")
 
+    record_tokens: bool = Field(
+        False, description="Ask engines for token ids + logprobs and record them (RL recipes)."
+    )
     engine_model: str = Field(
         "tiny", description="Model of the local engine started when no upstream is set."
     )

@@ -193,8 +193,15 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     principal.require_scenario(scenario)
     raw = await read_body(request, ctx.settings.max_body_bytes)
     body = parse_object(raw)
+    changed = False
     if ctx.upstream.model:
         body["model"] = ctx.upstream.model
+        changed = True
+    if ctx.settings.record_tokens and route == "/v1/chat/completions" and "logprobs" not in body:
+        # token-exact samples: SGLang and reef engine answer with meta_info (ids, logprobs)
+        body["logprobs"] = True
+        changed = True
+    if changed:
         raw = json.dumps(body).encode()
     view, _ = await registry.ensure(ctx, scenario)
     exchange = Exchange(

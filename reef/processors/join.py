@@ -73,7 +73,9 @@ class JoinProcessor:
         response = _body(event.response_json, event.response_ref)
         record: dict[str, Any] = {
             "scenario": event.scenario,
-            "release_id": event.release_id,
+            # the release whose weights answered (when the engine said so), else the head
+            # the request was frozen on: staleness is measured from what really served
+            "release_id": event.served_release_id or event.release_id,
             "route": event.route,
             "at": _ms(event.occurred_at),
             "request": request,

@@ -2,8 +2,8 @@
 release → hot reload → serve better.
 
 Embedded default: ``reef serve`` with no upstream (the local tiny engine, its sidecar
-following ``REEF_ENGINE_SCENARIO``), recipe ``sft`` and a trainer (inside ``reef serve``
-when it runs one, else ``reef trainer`` beside it on the same embedded log). The toy
+following ``REEF_ENGINE_SCENARIO``), recipe ``sft`` and its trainer, all in the one
+``reef serve`` process (its progress shows in GET /reef/status). The toy
 task: "Return exactly: <word>" → the word (3 to 6 letters). A programmatic grader posts a
 report per answer with the score and the correction (the word). The mean score of the
 *served* model on held-out prompts (greedy, through Reef's API) must rise from below
@@ -14,9 +14,9 @@ served outputs unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +28,9 @@ import httpx
 import pytest
 
 from recipes.tasks import exact
+from reef.topics import SAMPLES
 from tests.e2e.conftest import open_log, unique_scenario
-from tests.support.servers import ManagedProcess, ReefProcess, clean_env, spawn, start_reef
+from tests.support.servers import ReefProcess, start_reef
 
 pytest.importorskip("torch")
 
@@ -87,7 +88,6 @@ class Loop:
     reef: ReefProcess
     scenario: str
     token: str
-    trainer: ManagedProcess | None
 
     def client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}", "x-reef-scenario": self.scenario}
@@ -155,9 +155,6 @@ class Loop:
     def trainer_done(self, timeout: float = 120.0) -> None:
         """Wait until the trainer group's committed offsets reach the end of reef.samples:
         it commits them only once the chain decided (or the gate rejected) the batch."""
-        import asyncio
-
-        from reef.topics import SAMPLES
 
         async def caught_up() -> bool:
             log = open_log("embedded", self.reef.state_dir, None)
@@ -170,8 +167,7 @@ class Loop:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.trainer is not None:
-                assert self.trainer.running(), self.trainer.output()
+            assert self.reef.managed.running(), self.reef.output()
             if asyncio.run(caught_up()):
                 return
             time.sleep(0.5)
@@ -191,17 +187,9 @@ def loop(tmp_path: Path) -> Iterator[Loop]:
     }
     state = tmp_path / "state"
     reef = start_reef([], env=env, state_dir=state, timeout=240.0, name="reef-learning")
-    trainer: ManagedProcess | None = None
     try:
-        with httpx.Client(base_url=reef.base_url, timeout=30.0) as client:
-            status = client.get("/reef/status", headers={"Authorization": f"Bearer {token}"}).json()
-        if "trainer" not in status:  # reef serve runs no trainer here: run one beside it
-            argv = [sys.executable, "-m", "trainers.cli", "--state-dir", str(state)]
-            trainer = spawn(argv, env=clean_env(env), log_dir=tmp_path / "logs", name="trainer")
-        yield Loop(reef, scenario, token, trainer)
+        yield Loop(reef, scenario, token)
     finally:
-        if trainer is not None:
-            trainer.stop()
         reef.stop()
 
 
@@ -214,6 +202,7 @@ def mean_score(results: list[tuple[str, str, str]], words: list[str]) -> float:
 def test_the_served_model_learns_from_corrections_and_the_gate_refuses_a_worse_one(
     loop: Loop,
 ) -> None:
+    assert "trainer" in loop.status(), "reef serve should run the sft trainer in-process"
     started = time.monotonic()
     rng = random.Random(5)
     loop.ask_all(MEASURE[:1])  # creates the scenario (the creation release serves)
@@ -247,8 +236,7 @@ def test_the_served_model_learns_from_corrections_and_the_gate_refuses_a_worse_o
     assert loop.serving() == (head, head)
     after = [answer for answer, _, _ in loop.ask_all(MEASURE)]
     assert after == before
-    trainer_status = loop.status().get("trainer")
-    if trainer_status is not None:
-        assert trainer_status["candidates"]["rejected"] >= 1
-    elif loop.trainer is not None:
-        assert "rejected (gate_rejected)" in loop.trainer.stderr_text()
+    trainer = loop.status()["trainer"]  # the in-process trainer's progress
+    assert trainer["candidates"]["rejected"] >= 1
+    assert trainer["steps"][-1]["outcome"] == "gate_rejected", trainer["steps"][-1]
+    assert trainer["error"] is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.support.servers import (
     ReefProcess,
     UpstreamProcess,
     clean_env,
+    reef_executable,
     spawn,
     start_reef,
 )
@@ -103,7 +103,7 @@ def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
 
 
 def start_trainer(state_dir: Path, env: dict[str, str], log_dir: Path, n: int) -> ManagedProcess:
-    argv = [sys.executable, "-m", "trainers.cli", "--state-dir", str(state_dir)]
+    argv = [reef_executable(), "trainer", "--state-dir", str(state_dir)]
     return spawn(argv, env=clean_env(env), log_dir=log_dir, name=f"trainer-{n}")
 
 
