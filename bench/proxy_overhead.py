@@ -44,6 +44,8 @@ from tests.support.servers import (
 )
 
 TOKEN = "bench-token"
+#: LiteLLM refuses to start without a master key; authenticated like Reef, so it is fair
+LITELLM_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 BODY = {
     "model": "gpt-4o",
     "messages": [{"role": "user", "content": "Return exactly: reef is ready"}],
@@ -130,7 +132,7 @@ def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[Man
     )
     proc = spawn(
         [executable, "--config", str(config), "--port", str(port), "--num_workers", "1"],
-        env={**os.environ, "LITELLM_LOG": "ERROR"},
+        env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY},
         log_dir=workdir,
         name="litellm",
     )
@@ -211,7 +213,7 @@ def main() -> None:
         if args.litellm:
             proc, url = start_litellm(args.litellm, upstream.v1_url, workdir)
             procs.append(proc)
-            targets.append(Target("litellm", url, {"Authorization": "Bearer sk-bench"}))
+            targets.append(Target("litellm", url, {"Authorization": f"Bearer {LITELLM_KEY}"}))
         try:
             results = []
             for stream in (False, True):
