@@ -362,7 +362,7 @@ def tiny_tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
         check=False,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+        pytest.fail(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
         yield where
     finally:

@@ -26,13 +26,12 @@ from typing import Any
 
 import httpx
 import pytest
+import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from recipes.tasks import exact
 from reef.topics import SAMPLES
 from tests.e2e.conftest import open_log, unique_scenario
 from tests.support.servers import ReefProcess, start_reef
-
-pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-
-pytest.importorskip("torch")
-
 import openai
+import pytest
+import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from reef.engine.engine_client import EngineClient
 from reef.engine.errors import EngineUnavailableError

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-pytest.importorskip("torch")
+import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from tests.engine.conftest import PROMPT, WeightSets, running_engine
 

@@ -6,14 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-torch = pytest.importorskip("torch")
-
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
-from reef.engine import tiny  # noqa: E402
-from reef.engine.weights import weights_digest  # noqa: E402
+from reef.engine import tiny
+from reef.engine.weights import weights_digest
 
 _DIGEST = (
     "from reef.engine import tiny; from reef.engine.weights import weights_digest; "

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from reef.engine import tiny  # noqa: E402
-from reef.engine.adapters import merge_adapter  # noqa: E402
-from reef.engine.errors import AdapterError, WeightLoadError  # noqa: E402
-from reef.engine.weights import (  # noqa: E402
+from reef.engine import tiny
+from reef.engine.adapters import merge_adapter
+from reef.engine.errors import AdapterError, WeightLoadError
+from reef.engine.weights import (
     check_compatible,
     dtype_from_name,
     read_safetensors_dir,

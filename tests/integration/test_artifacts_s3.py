@@ -91,7 +91,7 @@ def test_server_stopped_mid_upload_leaves_no_object(
     s3: S3Server, s3_prefix: str, tmp_path: Path
 ) -> None:
     if not s3.managed:
-        pytest.skip("REEF_TEST_S3_ENDPOINT points at a server the tests do not manage")
+        pytest.fail("REEF_TEST_S3_ENDPOINT points at a server the tests cannot stop and restart")
     source = tmp_path / "weights.bin"
     expected = write_random_file(source, 48 * MIB)
     store = make_store(s3, s3_prefix, retries=1)  # keep the shared server's downtime short

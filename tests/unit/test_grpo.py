@@ -6,14 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from recipes.base import Batch, Parent
 from recipes.errors import RecipeConfigError, TrainingError
 from recipes.grpo import GrpoRecipe, rollouts
 from recipes.registry import build_recipe
 from recipes.samples import Sample, Turn
-
-torch = pytest.importorskip("torch")
 
 GROUPED = {"batching": {"group_by": "prompt_id", "group_size": 2, "batch_size": 1}}
 

@@ -77,5 +77,5 @@ def test_without_slime_installed_the_error_says_so() -> None:
     except ImportError:
         with pytest.raises(TrainingError, match="needs slime installed"):
             slime_sample_class()
-    else:
-        pytest.skip("slime is installed here")
+    else:  # a machine with slime: the real Sample class is found instead
+        assert slime_sample_class() is not None
