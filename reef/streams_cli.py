@@ -15,10 +15,20 @@ from reef.options import log_options, pop_log_flags, settings_from
 @click.option("--loglevel", default="info", help="Faust worker log level.")
 @click.option("--instance-id", help="Static membership id (stable per worker: fast restarts).")
 def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **flags: Any) -> None:
-    """Run the join and release-chain processors as a Faust worker (exactly-once)."""
+    """Run the join and release-chain processors: a Faust worker (exactly-once) on Kafka,
+    the embedded runtime on the embedded log (``reef serve`` starts that one itself)."""
     settings = settings_from(
         config_file, **pop_log_flags(flags), streams_instance_id=instance_id
     ).settings
+    if settings.log == "embedded":
+        import asyncio
+        import contextlib
+
+        from reef.processors.worker import run_embedded_processors
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_embedded_processors(settings))
+        return
     from faust import Worker
 
     from streams.app import create_app

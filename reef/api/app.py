@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from reef import __version__
 from reef.api import errors, inference, releases, reports, scenarios, system
 from reef.api.auth import registry_from
-from reef.api.context import AppContext
+from reef.api.context import AppContext, watch_processor_lag
 from reef.api.metrics import Metrics
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
@@ -32,8 +32,7 @@ from reef.eventstore import EventStore
 from reef.local_engine import local_engine
 from reef.log import open_log, running
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime
+from reef.processors.worker import processor_process
 from reef.projection import ProjectionFollower
 from reef.releases import ContentStore, open_store
 from reef.settings import Settings
@@ -55,21 +54,6 @@ async def _publish_seed(settings: Settings, content: ContentStore) -> str | None
     return await asyncio.to_thread(content.publish_dir, settings.seed_dir)
 
 
-async def _start_embedded_processors(
-    settings: Settings, store: EventStore
-) -> list[EmbeddedRuntime]:
-    """On the embedded log the stream processors run inside ``reef serve``."""
-    log = store.log
-    if not isinstance(log, EmbeddedLog):
-        return []
-    # processors see claim-checked bodies as references (as on Kafka and in replay): their
-    # state and outputs stay small, and a trainer resolves what it needs
-    runtimes = [EmbeddedRuntime(log, processor) for processor in processors(settings)]
-    for runtime in runtimes:
-        await runtime.start()
-    return runtimes
-
-
 def create_app(settings: Settings) -> FastAPI:
     """Build the app; configuration errors (e.g. no token) raise here, before serving."""
     tokens = registry_from(settings)
@@ -89,9 +73,10 @@ def create_app(settings: Settings) -> FastAPI:
             projection = ProjectionFollower(store)
             await projection.start()
             stack.push_async_callback(projection.close)
-            runtimes = await _start_embedded_processors(settings, store)
-            for runtime in runtimes:
-                stack.push_async_callback(runtime.close)
+            if isinstance(log, EmbeddedLog):
+                # processors see claim-checked bodies as references (as on Kafka and in
+                # replay); they run in a child process so the API keeps its own core
+                await stack.enter_async_context(processor_process(settings))
             serving = settings
             if settings.upstream_url is None:
                 engine_url = await stack.enter_async_context(
@@ -120,11 +105,12 @@ def create_app(settings: Settings) -> FastAPI:
                 tokens,
                 content=content,
                 seed_content_id=seed,
-                runtimes=runtimes,
                 trainer=trainer,
             )
             stack.push_async_callback(ctx.drain)
             app.state.ctx = ctx
+            lag = asyncio.create_task(watch_processor_lag(ctx), name="processor-lag")
+            stack.push_async_callback(_cancel, lag)
             metrics.bind(ctx)
             store.observe_append = metrics.append_seconds.observe
             app.state.report_desk = ReportDesk()
@@ -137,6 +123,12 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)
     return app
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class _Instrumented:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -13,11 +14,13 @@ from fastapi import Request
 
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.upstream import Upstream
+from reef.errors import ReefError
 from reef.eventstore import EventStore
-from reef.processors.embedded import EmbeddedRuntime
+from reef.processors.catalog import processors
 from reef.projection import ProjectionFollower
 from reef.releases import ContentStore
 from reef.settings import Settings
+from reef.topics import STREAMS_APP_ID
 from trainers.consumer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -33,7 +36,9 @@ class AppContext:
     tokens: TokenRegistry | None
     content: ContentStore
     seed_content_id: str | None = None
-    runtimes: list[EmbeddedRuntime] = field(default_factory=list)
+    #: input records each processor has not processed yet, per topic (refreshed in the
+    #: background from the processors' committed offsets: they may run in other processes)
+    processor_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the recipe's trainer when it runs inside this process (embedded default)
     trainer: Trainer | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -60,6 +65,38 @@ class AppContext:
     async def drain(self) -> None:
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
+
+
+LAG_REFRESH_SECONDS = 2.0
+
+
+def processor_group(settings: Settings, name: str) -> str:
+    """The consumer group whose offsets record a processor's progress."""
+    if settings.log == "embedded":
+        return f"processor:{name}"
+    return settings.kafka_topic_prefix + STREAMS_APP_ID
+
+
+async def processor_lag(ctx: AppContext) -> dict[str, dict[str, int]]:
+    log = ctx.store.log
+    out: dict[str, dict[str, int]] = {}
+    for processor in processors(ctx.settings):
+        group = processor_group(ctx.settings, processor.name)
+        lag: dict[str, int] = {}
+        for topic in processor.inputs:
+            ends = await log.end_offsets(topic)
+            done = await log.committed(group, topic)
+            lag[topic] = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+        out[processor.name] = lag
+    return out
+
+
+async def watch_processor_lag(ctx: AppContext) -> None:
+    """Keep ``ctx.processor_lag`` fresh for the metrics scrape (which cannot await)."""
+    while True:
+        with contextlib.suppress(ReefError):
+            ctx.processor_lag = await processor_lag(ctx)
+        await asyncio.sleep(LAG_REFRESH_SECONDS)
 
 
 def presented_token(request: Request) -> str | None:

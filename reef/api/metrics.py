@@ -142,7 +142,7 @@ class _LogCollector(Collector):
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
-        for runtime in self._ctx.runtimes:
-            for topic, value in runtime.last_lag.items():
-                lag.add_metric([runtime.processor.name, topic], value)
+        for name, topics in sorted(self._ctx.processor_lag.items()):
+            for topic, value in sorted(topics.items()):
+                lag.add_metric([name, topic], value)
         yield lag

@@ -7,9 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from reef.api.context import AppContext, context_of
-from reef.processors.catalog import processors
-from reef.topics import STREAMS_APP_ID
+from reef.api.context import AppContext, context_of, processor_group, processor_lag
 
 router = APIRouter()
 
@@ -71,25 +69,9 @@ async def status(request: Request) -> JSONResponse:
 
 
 async def _processors(ctx: AppContext) -> dict[str, Any]:
-    """Embedded: the in-process runtimes. Kafka: the Faust group's committed offsets."""
-    if ctx.runtimes:
-        return {
-            runtime.processor.name: {
-                "host": "embedded",
-                "healthy": runtime.healthy(),
-                "lag": await runtime.lag(),
-                "processed": runtime.processed,
-            }
-            for runtime in ctx.runtimes
-        }
-    log = ctx.store.log
-    group = ctx.settings.kafka_topic_prefix + STREAMS_APP_ID
-    out: dict[str, Any] = {}
-    for processor in processors(ctx.settings):
-        lag = {}
-        for topic in processor.inputs:
-            ends = await log.end_offsets(topic)
-            done = await log.committed(group, topic)
-            lag[topic] = sum(end - done.get(p, 0) for p, end in ends.items())
-        out[processor.name] = {"host": f"faust group {group}", "lag": lag}
-    return out
+    """Each processor's lag, from the committed offsets of the group that hosts it."""
+    lag = await processor_lag(ctx)
+    return {
+        name: {"host": processor_group(ctx.settings, name), "lag": topics}
+        for name, topics in lag.items()
+    }
