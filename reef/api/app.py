@@ -1,10 +1,10 @@
 """The FastAPI application and the lifespan that owns its resources.
 
 Start order: open the log and ensure topics → replay the projection to the log's end →
-start the embedded processors (embedded log) → start the local engine and its sidecar
-(no upstream configured) → open the upstream client → serve. Shutdown runs the same
-steps in reverse, after in-flight background records (diagnostic stream records) are
-flushed.
+start the embedded processors in a child process (embedded log) → start the local engine
+and its sidecar (no upstream configured) → start the in-process trainer (embedded log) →
+open the upstream client → serve. Shutdown runs the same steps in reverse, after
+in-flight background records (diagnostic stream records) are flushed.
 """
 
 from __future__ import annotations

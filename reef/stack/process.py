@@ -256,9 +256,19 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def require_free_ports(service: Service, host: str, ports: Sequence[int]) -> None:
-    """Fail clearly when a port ``service`` needs is held by some other process."""
+def require_free_ports(
+    service: Service, host: str, ports: Sequence[int], wait_s: float = 45.0
+) -> None:
+    """Fail clearly when a port ``service`` needs stays held by some other process.
+
+    A server stopped a moment ago may still be closing its listeners (SeaweedFS takes
+    several seconds), so busy ports are polled for ``wait_s`` before giving up.
+    """
+    deadline = time.monotonic() + wait_s
     busy = [port for port in ports if port_open(host, port, timeout=0.5)]
+    while busy and time.monotonic() < deadline:
+        time.sleep(0.5)
+        busy = [port for port in ports if port_open(host, port, timeout=0.5)]
     if busy:
         raise StackError(
             f"cannot start {service.name}: {host} port(s) {', '.join(map(str, busy))} "
