@@ -160,6 +160,16 @@ def spawn(service: Service) -> int:
     return pid
 
 
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the service's whole process group (it was launched in a session of its
+    own), so helper processes it forked cannot keep its ports after it is gone."""
+    try:
+        os.killpg(os.getpgid(pid), sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -181,14 +191,13 @@ def stop_all(services: Sequence[Service], timeout: float = 30.0) -> list[Service
     """
     running = [(svc, pid) for svc in services if (pid := svc.pid()) is not None]
     for _, pid in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for svc, pid in running:
         if not _wait_gone(pid, svc.marker, max(0.0, deadline - time.monotonic())):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            _signal_group(pid, signal.SIGKILL)
             _wait_gone(pid, svc.marker, 10.0)
+        _signal_group(pid, signal.SIGKILL)  # children that outlived it keep its sockets
         with contextlib.suppress(FileNotFoundError):
             svc.pid_file.unlink()
     return [svc for svc, _ in running]
@@ -199,8 +208,7 @@ def kill(service: Service) -> bool:
     pid = service.pid()
     if pid is None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    _signal_group(pid, signal.SIGKILL)
     _wait_gone(pid, service.marker, 10.0)
     with contextlib.suppress(FileNotFoundError):
         service.pid_file.unlink()
@@ -257,7 +265,7 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def require_free_ports(
-    service: Service, host: str, ports: Sequence[int], wait_s: float = 45.0
+    service: Service, host: str, ports: Sequence[int], wait_s: float = 15.0
 ) -> None:
     """Fail clearly when a port ``service`` needs stays held by some other process.
 
