@@ -64,8 +64,6 @@ class EmbeddedRuntime:
         self.state = DictState()
         self.positions: dict[str, dict[int, int]] = {}
         self.processed = 0
-        #: input records not yet processed, per topic, as of the last batch or idle wake
-        self.last_lag: dict[str, int] = {}
         self._batch_size = batch_size
         self._idle_wait = idle_wait
         #: after a wake-up, wait this long so one transaction carries many inputs
@@ -107,7 +105,6 @@ class EmbeddedRuntime:
         while True:
             marker = self.log.append_marker(self.processor.inputs)
             if not await self._step_batch():
-                self.last_lag = await self.lag()
                 await self.log.wait_for_append(marker, self._idle_wait)
                 await asyncio.sleep(self._linger)
 
