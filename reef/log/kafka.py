@@ -99,10 +99,31 @@ class KafkaLog:
                 ]
                 with contextlib.suppress(TopicAlreadyExistsError):
                     await admin.create_topics(new)
+                await self._await_visible(admin, missing)
         except KafkaError as exc:
             raise LogUnavailableError(f"cannot create topics on {self.bootstrap}: {exc}") from exc
         finally:
             await admin.close()
+
+    async def _await_visible(self, admin: AIOKafkaAdminClient, names: Sequence[str]) -> None:
+        """Return once the metadata shows ``names`` with their partitions.
+
+        CreateTopics answers when the controller has the topic; the brokers learn of it a
+        moment later, and a client that asks one of them in between sees no partitions.
+        """
+        deadline = asyncio.get_running_loop().time() + self._request_timeout_ms / 1000
+        while True:
+            descriptions = await admin.describe_topics(list(names))
+            pending = [
+                d["topic"]
+                for d in descriptions
+                if d.get("error_code", 0) != 0 or not d.get("partitions")
+            ]
+            if not pending:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise LogUnavailableError(f"topics {pending} created but not visible in time")
+            await asyncio.sleep(0.1)
 
     async def append(self, topic: str, key: bytes, value: bytes, headers: Headers = ()) -> Position:
         (position,) = await self.append_many([PendingAppend(topic, key, value, tuple(headers))])

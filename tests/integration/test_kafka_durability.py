@@ -36,7 +36,13 @@ async def describe(bootstrap: str, topic: str) -> tuple[dict[int, int], dict[int
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
     await admin.start()
     try:
-        (description,) = await admin.describe_topics([topic])
+        # each describe may ask a different broker; metadata reaches them a moment apart
+        deadline = time.monotonic() + 30
+        while True:
+            (description,) = await admin.describe_topics([topic])
+            if len(description["partitions"]) == PARTITIONS or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
         replicas = {p["partition"]: len(p["replicas"]) for p in description["partitions"]}
         leaders = {p["partition"]: p["leader"] for p in description["partitions"]}
         (response,) = await admin.describe_configs(
