@@ -1,0 +1,258 @@
+"""Fixtures and helpers of the fault suite (see tests/faults/__init__.py for the plan).
+
+* ``upstream`` (session): the scripted provider stand-in.
+* ``fault_table`` (session): ``record(FaultRow)`` prints one ``FAULT-TABLE`` line and
+  appends the row (JSON) to ``<tmp>/reef-faults/fault-table.jsonl``.
+* ``kafka_prefix`` (function): ``kafka_prefix(bootstrap)`` creates Reef's topics under a
+  fresh prefix on that cluster and deletes them after the test.
+* :class:`StreamsWorker`: ``reef streams`` on Kafka in its own work dir, killable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytest
+
+from reef import topics
+from reef.log.kafka import KafkaLog
+from tests.support.servers import (
+    ManagedProcess,
+    UpstreamProcess,
+    clean_env,
+    reef_executable,
+    run_reef,
+    running_upstream,
+)
+
+TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
+
+#: a killed worker's static membership comes back at once; its session expires quickly
+STREAMS_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    fault: str
+    load_rps: float  # requests offered per second during the fault
+    acknowledged: int  # receipts + reports acknowledged over the whole test
+    lost: int
+    duplicated: int
+    recover_s: float
+    notes: str = ""
+
+    def line(self) -> str:
+        return (
+            f"FAULT-TABLE | {self.fault} | {self.load_rps:.1f} req/s | "
+            f"{self.acknowledged} acknowledged | lost {self.lost} | "
+            f"duplicated {self.duplicated} | recovered in {self.recover_s:.1f} s | {self.notes}"
+        )
+
+
+@dataclass
+class FaultTable:
+    path: Path
+    rows: list[FaultRow] = field(default_factory=list)
+
+    def record(self, row: FaultRow) -> None:
+        self.rows.append(row)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as out:
+            out.write(json.dumps({**asdict(row), "at": time.strftime("%FT%T")}) + "\n")
+        print(row.line(), flush=True)
+
+
+@pytest.fixture(scope="session")
+def fault_table() -> FaultTable:
+    return FaultTable(TABLE_FILE)
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
+    with running_upstream(tmp_path_factory.mktemp("upstream")) as process:
+        yield process
+
+
+def kafka_flags(bootstrap: str, prefix: str) -> list[str]:
+    return ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def kafka_prefix() -> Iterator[Callable[[str], str]]:
+    """``kafka_prefix(bootstrap)``: a fresh topic prefix with Reef's topics created."""
+    made: list[tuple[str, str]] = []
+
+    def make(bootstrap: str) -> str:
+        prefix = f"t-fault-{uuid.uuid4().hex[:10]}-"
+        created = run_reef("topics", "create", *kafka_flags(bootstrap, prefix), timeout=120)
+        assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+        made.append((bootstrap, prefix))
+        return prefix
+
+    yield make
+    for bootstrap, prefix in made:
+        try:
+            asyncio.run(asyncio.wait_for(_delete_topics(bootstrap, prefix), 60))
+        except Exception as exc:  # cleanup must not hide the test's own outcome
+            print(f"could not delete topics {prefix}* on {bootstrap}: {exc!r}")
+
+
+def kafka_log_factory(bootstrap: str, prefix: str) -> Callable[[], KafkaLog]:
+    return lambda: KafkaLog(
+        bootstrap, topic_prefix=prefix, client_id="reef-fault-check", request_timeout_ms=10000
+    )
+
+
+@dataclass
+class StreamsWorker:
+    """``reef streams`` on Kafka (Faust), in its own work dir; killed and restarted by tests."""
+
+    bootstrap: str
+    prefix: str
+    work_dir: Path
+    managed: ManagedProcess | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        argv = [reef_executable(), "streams", *kafka_flags(self.bootstrap, self.prefix)]
+        argv += ["--instance-id", f"{self.prefix}worker", "--loglevel", "info"]
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        out = self.work_dir / f"streams-{self.starts}.stdout.log"
+        err = self.work_dir / f"streams-{self.starts}.stderr.log"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            process = subprocess.Popen(
+                argv,
+                stdout=stdout,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                env=clean_env(STREAMS_ENV),
+                cwd=self.work_dir,
+            )
+        self.managed = ManagedProcess(argv, process, out, err)
+
+    def text(self) -> str:
+        assert self.managed is not None
+        return self.managed.stdout_text() + self.managed.stderr_text()
+
+    def wait_ready(self, timeout: float = 90.0) -> float:
+        assert self.managed is not None
+        began = time.monotonic()
+        while "[^Worker]: Ready" not in self.text():
+            assert self.managed.running(), f"reef streams exited\n{self.managed.output()}"
+            assert time.monotonic() - began < timeout, (
+                f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}"
+            )
+            time.sleep(0.2)
+        return time.monotonic() - began
+
+    def kill(self) -> None:
+        assert self.managed is not None
+        if self.managed.running():
+            os.kill(self.managed.pid, signal.SIGKILL)
+        self.managed.process.wait(30)
+
+    def running(self) -> bool:
+        return self.managed is not None and self.managed.running()
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            self.managed.stop(timeout=20)
+
+    def wait_caught_up(self, timeout: float = 60.0) -> float:
+        """Until the worker's group committed every input record; seconds it took."""
+        group = self.prefix + topics.STREAMS_APP_ID
+        inputs = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
+
+        async def behind() -> dict[str, int]:
+            log = kafka_log_factory(self.bootstrap, self.prefix)()
+            await log.start()
+            try:
+                out = {}
+                for topic in inputs:
+                    ends = await log.end_offsets(topic)
+                    done = await log.committed(group, topic)
+                    lag = sum(end - done.get(p, 0) for p, end in ends.items())
+                    if lag:
+                        out[topic] = lag
+                return out
+            finally:
+                await log.close()
+
+        began = time.monotonic()
+        while lagging := asyncio.run(behind()):
+            assert self.managed is not None and self.managed.running(), self.managed
+            assert time.monotonic() - began < timeout, f"worker behind: {lagging}"
+            time.sleep(0.5)
+        return time.monotonic() - began
+
+
+@pytest.fixture
+def streams_worker(tmp_path: Path) -> Iterator[Callable[[str, str], StreamsWorker]]:
+    workers: list[StreamsWorker] = []
+
+    def make(bootstrap: str, prefix: str) -> StreamsWorker:
+        worker = StreamsWorker(bootstrap, prefix, tmp_path / f"streams-{len(workers)}")
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        worker.stop()
+
+
+# ---------------------------------------------------------------------------
+# Reef processes and the API, as the fault tests use them
+
+TOKEN = "reef-fault-token"
+
+
+def reef_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        "REEF_TOKEN": TOKEN,
+        "REEF_UPSTREAM_API_KEY": f"sk-upstream-{uuid.uuid4().hex[:8]}",
+        **(extra or {}),
+    }
+
+
+def create_scenarios(base_url: str, count: int, prefix: str = "fault") -> list[str]:
+    """Create ``count`` scenarios through the API (no racing implicit creations)."""
+    import httpx
+
+    names = [f"{prefix}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as client:
+        for name in names:
+            response = client.post("/reef/scenarios", json={"name": name})
+            assert response.status_code == 201, response.text
+    return names
+
+
+def sigkill(managed: ManagedProcess) -> None:
+    """SIGKILL a process we started (no shutdown at all) and reap it."""
+    if managed.running():
+        os.kill(managed.pid, signal.SIGKILL)
+    managed.process.wait(30)
