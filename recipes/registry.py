@@ -1,12 +1,13 @@
 """From the deployment's ``recipe`` setting to a configured :class:`~recipes.base.Recipe`.
 
-The setting names a built-in recipe (``core``, ``sft``, ``grpo``; ``harness_evolve`` is
-reserved, not implemented yet) or a
+The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``harness_evolve``) or a
 dotted path ``pkg.mod:Name`` to a :class:`Recipe` subclass. Its configuration is the
 ``recipe:`` section of a YAML file (``recipe_config`` setting, or the ``-c`` file of
 the command); relative paths in it are read relative to that file. Everything is
 validated here, once, at start: an unknown key or a wrong type raises
-:class:`~recipes.errors.RecipeConfigError` naming the key.
+:class:`~recipes.errors.RecipeConfigError` naming the key. A recipe that uses the
+deployment's own settings (``harness_evolve`` calls its upstream) has
+``bind_deployment(settings)``, called here at start too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
@@ -26,9 +27,17 @@ BUILTIN: dict[str, str] = {
     "core": "recipes.core:CoreRecipe",
     "sft": "recipes.sft:SftRecipe",
     "grpo": "recipes.grpo:GrpoRecipe",
+    "harness_evolve": "recipes.harness_evolve:HarnessEvolveRecipe",
 }
 #: names reserved for recipes this version does not have yet
-NOT_YET = frozenset({"harness_evolve"})
+NOT_YET: frozenset[str] = frozenset()
+
+
+@runtime_checkable
+class DeploymentBound(Protocol):
+    """A recipe that reads the deployment's settings (e.g. its upstream) at start."""
+
+    def bind_deployment(self, settings: Settings) -> None: ...
 
 
 def recipe_class(name: str) -> type[Recipe[Any]]:
@@ -76,7 +85,10 @@ def recipe_from_settings(settings: Settings, config_file: Path | None = None) ->
     """The deployment's recipe, configured from ``recipe_config`` (else ``config_file``)."""
     path = settings.recipe_config or config_file
     data = read_section(path) if path is not None else {}
-    return build_recipe(settings.recipe, data, base_dir=path.parent if path else None)
+    recipe = build_recipe(settings.recipe, data, base_dir=path.parent if path else None)
+    if isinstance(recipe, DeploymentBound):
+        recipe.bind_deployment(settings)
+    return recipe
 
 
 def _dashes(value: Any) -> Any:

@@ -270,10 +270,15 @@ class UpstreamProcess:
         return self.managed.stop()
 
 
-def start_upstream(log_dir: Path | None = None, timeout: float = 30.0) -> UpstreamProcess:
-    """Start ``python -m tests.support.scripted_upstream --port 0`` and read its ready line."""
+def start_upstream(
+    log_dir: Path | None = None,
+    timeout: float = 30.0,
+    module: str = "tests.support.scripted_upstream",
+) -> UpstreamProcess:
+    """Start ``python -m <module> --port 0`` (the scripted upstream, or another stand-in
+    printing the same ``ready <url>`` line) and read its ready line."""
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="reef-upstream-"))
-    argv = [sys.executable, "-m", "tests.support.scripted_upstream", "--port", "0"]
+    argv = [sys.executable, "-m", module, "--port", "0"]
     managed = spawn(argv, env=clean_env(), log_dir=log_dir, name="upstream")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -288,8 +293,10 @@ def start_upstream(log_dir: Path | None = None, timeout: float = 30.0) -> Upstre
 
 
 @contextlib.contextmanager
-def running_upstream(log_dir: Path | None = None) -> Iterator[UpstreamProcess]:
-    upstream = start_upstream(log_dir)
+def running_upstream(
+    log_dir: Path | None = None, module: str = "tests.support.scripted_upstream"
+) -> Iterator[UpstreamProcess]:
+    upstream = start_upstream(log_dir, module=module)
     try:
         yield upstream
     finally:

@@ -1,0 +1,154 @@
+"""A scripted upstream whose answers depend on the system prompt (``harness_evolve`` tests).
+
+The scripted stand-in of :mod:`tests.support.scripted_upstream` (same routes, request
+history at ``/_stub/requests``, ``ready <url>`` line), with chat completions answered
+as a tiny agent world::
+
+    python -m tests.support.harness_upstream --port 0
+
+**Agent.** A last user message ``Task: <word>`` is answered with the word reversed if
+the system prompt contains :data:`RULE`, else with the word itself (what an agent
+without the rule would do). Graders expect the reversed word, so tasks pass only under
+a harness that carries the rule.
+
+**Proposer.** A request whose system prompt starts with the harness proposer's marker
+(:data:`recipes.harness_evolve.PROPOSER_MARKER`) is answered with one JSON edit:
+
+* ``__propose_useless__`` anywhere in the request: append a rule that does not help
+  (``rules/style.md``: "Keep answers short.");
+* ``__propose_malformed__``: prose instead of JSON (the candidate must fail closed);
+* else, if the request shows a failing ``Task:`` trajectory: append :data:`RULE` to
+  ``system_prompt.md`` (the fix); otherwise prose (nothing to fix).
+
+Every other request is answered as by the scripted upstream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from typing import Any, Final
+
+import orjson
+
+from recipes.harness_evolve import PROPOSER_MARKER
+from tests.support.scripted_upstream import (
+    ROUTES,
+    Exchange,
+    Route,
+    Script,
+    ScriptedUpstream,
+    Send,
+    _serve,
+    last_user_text,
+    openai_error,
+    send_json,
+    send_stream,
+)
+
+RULE: Final = "Answer with the word reversed."
+USELESS: Final = "__propose_useless__"
+MALFORMED: Final = "__propose_malformed__"
+FIX_EDIT: Final = {
+    "op": "append",
+    "path": "system_prompt.md",
+    "text": RULE,
+    "rationale": "the agent repeats the word; the expected answers are reversed",
+}
+USELESS_EDIT: Final = {
+    "op": "append",
+    "path": "rules/style.md",
+    "text": "Keep answers short.",
+    "rationale": "shorter answers",
+}
+_TASK = re.compile(r"Task:\s*(\S+)")
+_CHAT: Final = ROUTES["/v1/chat/completions"]
+
+
+def system_text(messages: Any) -> str:
+    """Every system message's text, joined."""
+    if not isinstance(messages, list):
+        return ""
+    return "\n".join(
+        str(m.get("content", ""))
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "system" and isinstance(m.get("content"), str)
+    )
+
+
+def agent_answer(system: str, user: str) -> str:
+    task = _TASK.search(user)
+    if task is None:
+        return f"ok: {' '.join(user.split())}"
+    word = task.group(1)
+    return word[::-1] if RULE.lower() in system.lower() else word
+
+
+def proposer_answer(request_text: str) -> str:
+    if MALFORMED in request_text:
+        return "I would add a rule telling the agent to reverse the word."
+    if USELESS in request_text:
+        return orjson.dumps(USELESS_EDIT).decode()
+    if "] Task:" in request_text:
+        return orjson.dumps(FIX_EDIT).decode()
+    return "There is nothing to fix."
+
+
+def answer_for(body: dict[str, Any]) -> str:
+    messages = body.get("messages")
+    system = system_text(messages)
+    if system.startswith(PROPOSER_MARKER):
+        return proposer_answer(orjson.dumps(messages).decode())
+    return agent_answer(system, last_user_text(messages))
+
+
+class HarnessUpstream(ScriptedUpstream):
+    """Chat completions answered by :func:`answer_for`; the rest as the scripted upstream."""
+
+    async def _answer(self, route: Route, raw: bytes, send: Send) -> None:
+        if route is not _CHAT:
+            await super()._answer(route, raw, send)
+            return
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            await send_json(send, 400, openai_error(400, "request body is not valid JSON"))
+            return
+        if not isinstance(body, dict):
+            await send_json(send, 400, openai_error(400, "request body must be a JSON object"))
+            return
+        # the scripted upstream answers X to "Return exactly: X": the answer chosen here
+        exchange = Exchange(
+            next(self._numbers), body, Script(f"Return exactly: {answer_for(body)}")
+        )
+        if exchange.stream and _CHAT.frames is not None:
+            await send_stream(send, iter(_CHAT.frames(exchange)), break_after=None)
+        else:
+            await send_json(send, 200, _CHAT.buffered(exchange))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    config = uvicorn.Config(
+        HarnessUpstream(),
+        host=args.host,
+        port=args.port,
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(_serve(server))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
