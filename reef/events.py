@@ -59,6 +59,18 @@ class InferenceRecorded(Event):
     input_tokens: int | None = None
     output_tokens: int | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    #: bodies sealed under this record's data key (reef.crypto); readers open them
+    sealed: bool = False
+    request_sealed: bytes | None = None
+    response_sealed: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordErased(Event):
+    """A recorded exchange's data key was destroyed: its content is gone everywhere."""
+
+    record_id: str
+    requested_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +157,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         ScenarioCreated,
         InferenceRecorded,
+        RecordErased,
         ReportSubmitted,
         SampleJoined,
         ReportRejected,

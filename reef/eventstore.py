@@ -1,16 +1,34 @@
-"""Typed events over an :class:`~reef.log.base.EventLog`: encode, route, key by scenario."""
+"""Typed events over an :class:`~reef.log.base.EventLog`: encode, route, key by scenario.
+
+With a key ring (:mod:`reef.crypto`) the store seals the bodies of every exchange it
+appends under a fresh per-record data key, appended in the same batch to the key topic,
+and :meth:`EventStore.read` (or :meth:`EventStore.open`) hands back readable events:
+bodies opened, or, when the key is gone, the event without content and ``erased`` set.
+:meth:`EventStore.decode` alone gives the stored form (sealed), which is what the stream
+processors and replay work on: their decisions never depend on a key.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reef.artifacts.claimcheck import ClaimCheck
 from reef.codec import EventCodec
+from reef.crypto.bodies import (
+    open_exchange,
+    open_trajectory,
+    seal_exchange,
+    strip_exchange,
+    trajectory_receipts,
+)
+from reef.crypto.keyring import KeyRing, key_record
+from reef.crypto.seal import new_data_key
 from reef.errors import CodecError, ReefError
-from reef.events import Event, InferenceRecorded
+from reef.events import Event, InferenceRecorded, SampleJoined
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.topics import topic_for
 
@@ -22,19 +40,27 @@ class StoredEvent:
     record: LogRecord
     event: Event | None
     error: str | None = None
+    #: the content is gone (its data key was erased): ``event`` carries no body
+    erased: bool = False
 
 
 class EventStore:
     """Appends events to their topic keyed by scenario, and reads them back decoded."""
 
     def __init__(
-        self, log: EventLog, codec: EventCodec | None = None, claims: ClaimCheck | None = None
+        self,
+        log: EventLog,
+        codec: EventCodec | None = None,
+        claims: ClaimCheck | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         self.log = log
         self.codec = codec or EventCodec()
         #: bodies over the claim-check threshold live in the artifact store; readers
         #: get them back transparently
         self.claims = claims
+        #: seals appended exchanges and opens them on read (None: stored as given)
+        self.keys = keys
         #: called with the seconds each acknowledged append took (metrics)
         self.observe_append: Callable[[float], None] | None = None
 
@@ -48,15 +74,21 @@ class EventStore:
         return position
 
     async def append_all(self, events: Sequence[Event]) -> list[Position]:
-        """Encode all first, so one invalid event means nothing of the batch is written."""
+        """Encode all first, so one invalid event means nothing of the batch is written.
+
+        With a key ring, each exchange's data key goes in the same batch, before it.
+        """
+        keys: list[PendingAppend] = []
+        if self.keys is not None:
+            events, keys = _seal_all(events)
         if self.claims is not None and any(isinstance(e, InferenceRecorded) for e in events):
             events = await asyncio.to_thread(self._offload_all, events)
-        pending = [self.prepare(event) for event in events]
+        pending = [*keys, *(self.prepare(event) for event in events)]
         started = time.perf_counter()
         positions = await self.log.append_many(pending)
         if self.observe_append is not None:
             self.observe_append(time.perf_counter() - started)
-        return positions
+        return positions[len(keys) :]
 
     async def read(
         self,
@@ -71,14 +103,60 @@ class EventStore:
         async for record in self.log.read(topic, start=start, follow=follow, until=until):
             if key is not None and record.key != key:
                 continue
-            yield self.decode(record)
+            stored = self.decode(record)
+            yield await self.open(stored) if self.keys is not None else stored
+
+    async def open(self, stored: StoredEvent) -> StoredEvent:
+        """The readable form: sealed bodies opened, or stripped and ``erased`` when the
+        key is gone. Without a key ring, the stored form unchanged."""
+        event = stored.event
+        if self.keys is None or event is None:
+            return stored
+        try:
+            if isinstance(event, InferenceRecorded) and event.sealed:
+                key = await self.keys.get(event.event_id)
+                if key is None:
+                    return replace(stored, event=strip_exchange(event), erased=True)
+                if event.request_ref or event.response_ref:
+                    opened = await asyncio.to_thread(open_exchange, event, key, self._fetch)
+                else:
+                    opened = open_exchange(event, key)
+                return replace(stored, event=opened)
+            if isinstance(event, SampleJoined):
+                return await self._open_sample(stored, event)
+        except (ReefError, LookupError, ValueError) as exc:
+            return StoredEvent(stored.record, None, f"sealed content unreadable: {exc}")
+        return stored
+
+    async def _open_sample(self, stored: StoredEvent, event: SampleJoined) -> StoredEvent:
+        assert self.keys is not None
+        trajectory = json.loads(event.trajectory_json or "[]")
+        if not isinstance(trajectory, list):
+            return stored
+        receipts = trajectory_receipts(trajectory)
+        if not receipts:
+            return stored
+        keys = await self.keys.get_many(receipts)
+        if "sealed_claim" in event.trajectory_json:
+            opened, complete = await asyncio.to_thread(
+                open_trajectory, trajectory, event.scenario, keys, self._fetch
+            )
+        else:
+            opened, complete = open_trajectory(trajectory, event.scenario, keys)
+        view = replace(event, trajectory_json=json.dumps(opened))
+        return replace(stored, event=view, erased=not complete)
+
+    def _fetch(self, ref: str) -> bytes:
+        if self.claims is None:
+            raise LookupError(f"claim-checked body {ref} and no artifact store")
+        return self.claims.fetch_bytes(ref)
 
     def decode(self, record: LogRecord) -> StoredEvent:
         try:
             event = self.codec.decode(record.value)
         except CodecError as exc:
             return StoredEvent(record, None, str(exc))
-        if self.claims is not None and isinstance(event, InferenceRecorded):
+        if self.claims is not None and isinstance(event, InferenceRecorded) and not event.sealed:
             try:
                 event = resolve_claims(event, self.claims)
             except ReefError as exc:
@@ -93,8 +171,37 @@ class EventStore:
         ]
 
 
+def _seal_all(events: Sequence[Event]) -> tuple[list[Event], list[PendingAppend]]:
+    sealed: list[Event] = []
+    keys: list[PendingAppend] = []
+    for event in events:
+        if isinstance(event, InferenceRecorded) and not event.sealed:
+            key = new_data_key()
+            keys.append(key_record(event.event_id, key))
+            event = seal_exchange(event, key)
+        sealed.append(event)
+    return sealed, keys
+
+
 def offload_claims(event: InferenceRecorded, claims: ClaimCheck) -> InferenceRecorded:
-    """Move request/response bodies above the threshold into the store (by sha256)."""
+    """Move request/response bodies above the threshold into the store (by sha256).
+
+    Sealed bodies are moved as they are (the object holds the sealed blob).
+    """
+    if event.sealed:
+        request_ref = claims.offload_bytes(event.request_sealed) if event.request_sealed else None
+        response_ref = (
+            claims.offload_bytes(event.response_sealed) if event.response_sealed else None
+        )
+        if request_ref is None and response_ref is None:
+            return event
+        return replace(
+            event,
+            request_sealed=None if request_ref else event.request_sealed,
+            request_ref=request_ref,
+            response_sealed=None if response_ref else event.response_sealed,
+            response_ref=response_ref,
+        )
     request, request_ref = (
         claims.offload(event.request_json) if event.request_json else (None, None)
     )

@@ -15,10 +15,12 @@ SAMPLES: Final = "reef.samples"
 RELEASE_PROPOSALS: Final = "reef.release-proposals"
 RELEASES: Final = "reef.releases"
 ENGINE: Final = "reef.engine"
+#: record id → data key (compacted; not an event topic: raw 32-byte values, tombstones)
+KEYS: Final = "reef.keys"
 
 TOPIC_EVENTS: Final[dict[str, tuple[str, ...]]] = {
     SCENARIOS: ("ScenarioCreated",),
-    INFERENCE: ("InferenceRecorded",),
+    INFERENCE: ("InferenceRecorded", "RecordErased"),
     REPORTS: ("ReportSubmitted",),
     SAMPLES: ("SampleJoined", "ReportRejected"),
     RELEASE_PROPOSALS: ("ReleaseProposed",),
@@ -27,6 +29,34 @@ TOPIC_EVENTS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 ALL_TOPICS: Final = tuple(TOPIC_EVENTS)
+
+#: topics whose records are raw key/value pairs where only the latest value per key
+#: counts, and a ``None`` value (tombstone) deletes the key: Kafka compacts them, the
+#: embedded log keeps them as a table with real deletes
+COMPACTED_TOPICS: Final = frozenset({KEYS})
+
+#: every topic a deployment creates: the event topics and the key topic
+LOG_TOPICS: Final = (*ALL_TOPICS, KEYS)
+
+
+def key_topic_configs(segment_ms: int) -> dict[str, str]:
+    """Kafka configs of the key topic: compacted, and cleaned soon after a tombstone.
+
+    ``segment.ms`` (and ``max.compaction.lag.ms``) roll the active segment so a
+    superseded key becomes cleanable; ``min.cleanable.dirty.ratio`` near 0 lets one
+    tombstone trigger a clean; ``file.delete.delay.ms`` removes the replaced segment
+    files one second after the clean; tombstones themselves (record id only, no key
+    bytes) are dropped after ``delete.retention.ms``.
+    """
+    return {
+        "cleanup.policy": "compact",
+        "segment.ms": str(segment_ms),
+        "max.compaction.lag.ms": str(segment_ms),
+        "min.compaction.lag.ms": "0",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": str(24 * 3600 * 1000),
+        "file.delete.delay.ms": "1000",
+    }
 
 DEFAULT_PARTITIONS: Final = 6
 

@@ -43,6 +43,16 @@ class ClaimCheck:
             return text, None
         return None, ref_for(self._store.put_bytes(data).oid)
 
+    def offload_bytes(self, data: bytes) -> str | None:
+        """None when ``data`` fits inline, else its ``sha256:<oid>`` once stored."""
+        if len(data) <= self.threshold_bytes:
+            return None
+        return ref_for(self._store.put_bytes(data).oid)
+
+    def fetch_bytes(self, ref: str) -> bytes:
+        """An offloaded object's bytes (sha256-verified by the store)."""
+        return self._store.get_bytes(parse_ref(ref))
+
     def resolve(self, inline: str | None, ref: str | None) -> str:
         """The body, fetched and sha256-verified when it was offloaded."""
         if inline is not None and ref is None:

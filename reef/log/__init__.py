@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.settings import Settings
+from reef.topics import KEYS, key_topic_configs
 
 __all__ = ["EventLog", "LogRecord", "PendingAppend", "Position", "open_log", "running"]
 
@@ -22,6 +23,7 @@ def open_log(settings: Settings, *, client_id: str = "reef") -> EventLog:
             client_id=client_id,
             topic_prefix=settings.kafka_topic_prefix,
             append_timeout_s=settings.kafka_append_timeout_s,
+            topic_configs={KEYS: key_topic_configs(settings.key_topic_segment_ms)},
         )
     from reef.log.embedded import EmbeddedLog
 

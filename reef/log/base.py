@@ -15,7 +15,7 @@ Headers = Sequence[tuple[str, bytes]]
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """One stored record, as read back."""
+    """One stored record, as read back (a tombstone reads back with an empty value)."""
 
     topic: str
     partition: int
@@ -37,11 +37,11 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class PendingAppend:
-    """One record of a batch append."""
+    """One record of a batch append; ``value`` None is a tombstone (compacted topics)."""
 
     topic: str
     key: bytes
-    value: bytes
+    value: bytes | None
     headers: Headers = field(default_factory=tuple)
 
 

@@ -17,6 +17,12 @@ back); a crash between the COMMIT and step 3 leaves records that were durable bu
 acknowledged, which callers handle by retrying with the same event id (every reader
 de-duplicates by id). A failed COMMIT (disk full, I/O error) fails the whole group
 with :class:`LogUnavailableError` and writes nothing.
+
+Compacted topics (``reef.topics.COMPACTED_TOPICS``: the key topic) keep only the latest
+value per key, in the ``compacted`` table: an append upserts the row, a tombstone
+(value None) DELETEs it. Every connection runs with ``secure_delete=ON``, so SQLite
+zeroes the bytes of deleted rows; :meth:`EmbeddedLog.scrub` then checkpoints and
+truncates the WAL, so no copy of a deleted row is left in either file.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Final, TypeVar
 from reef.errors import LogError, LogUnavailableError, UnknownTopicError
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 from reef.log.partitioner import partition_for
+from reef.topics import COMPACTED_TOPICS
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -57,6 +64,17 @@ CREATE TABLE IF NOT EXISTS partition_heads (
     next_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition)
 );
+CREATE TABLE IF NOT EXISTS compacted (
+    topic TEXT NOT NULL,
+    key BLOB NOT NULL,
+    partition INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, key)
+);
+CREATE INDEX IF NOT EXISTS compacted_position ON compacted (topic, partition, "offset");
 CREATE TABLE IF NOT EXISTS consumer_offsets (
     grp TEXT NOT NULL,
     topic TEXT NOT NULL,
@@ -69,6 +87,12 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 T = TypeVar("T")
 
 _READ_CHUNK: Final = 500
+_READ_RECORDS: Final = (
+    'SELECT "offset", key, value, headers, timestamp_ms FROM records '
+    'WHERE topic = ? AND partition = ? AND "offset" >= ? AND "offset" < ? '
+    'ORDER BY "offset" LIMIT ?'
+)
+_READ_COMPACTED: Final = _READ_RECORDS.replace("FROM records", "FROM compacted")
 _NO_LIMIT: Final = 2**63 - 1
 _POLL_SECONDS: Final = 0.05
 
@@ -79,6 +103,8 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
+    # deleted rows (erased data keys) are overwritten with zeros, not just unlinked
+    conn.execute("PRAGMA secure_delete=ON")
     return conn
 
 
@@ -153,6 +179,8 @@ class EmbeddedLog:
                 await self._load_topics()
                 if record.topic not in self._topics:
                     raise UnknownTopicError(f"unknown topic {record.topic!r}")
+            if record.value is None and record.topic not in COMPACTED_TOPICS:
+                raise LogError(f"a tombstone needs a compacted topic, not {record.topic!r}")
         future: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
         await self._queue.put((list(records), future))
         return await future
@@ -189,9 +217,10 @@ class EmbeddedLog:
             if follow
             else (dict(until) if until is not None else await self.end_offsets(topic))
         )
+        table = "compacted" if topic in COMPACTED_TOPICS else "records"
         while True:
             marker = self.append_marker([topic])
-            batch = await asyncio.to_thread(self._read_chunk, topic, positions, stop)
+            batch = await asyncio.to_thread(self._read_chunk, topic, positions, stop, table)
             for record in batch:
                 positions[record.partition] = record.offset + 1
                 yield record
@@ -248,6 +277,36 @@ class EmbeddedLog:
         positions = await self._guarded(lambda: self._write(list(records), work))
         await self._mark_appended(records)
         return positions
+
+    async def compacted_values(self, topic: str, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The current value of each of ``keys`` on a compacted topic (absent: deleted)."""
+        wanted = list(dict.fromkeys(keys))
+
+        def lookup(db: sqlite3.Connection) -> dict[bytes, bytes]:
+            out: dict[bytes, bytes] = {}
+            for key in wanted:
+                row = db.execute(
+                    "SELECT value FROM compacted WHERE topic = ? AND key = ?", (topic, key)
+                ).fetchone()
+                if row is not None:
+                    out[key] = bytes(row[0])
+            return out
+
+        return await self.query(lookup) if wanted else {}
+
+    async def scrub(self) -> bool:
+        """Checkpoint the WAL into the database and truncate it to zero bytes.
+
+        After a delete (with ``secure_delete``) this leaves no copy of the deleted bytes
+        in the WAL. True when the WAL was truncated; False when a reader still held an
+        old snapshot past the busy timeout (the next scrub or checkpoint finishes it).
+        """
+
+        def checkpoint() -> bool:
+            busy, _, _ = self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return int(busy) == 0
+
+        return await self._guarded(checkpoint)
 
     async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a read-only function on a fresh reader connection, off the event loop."""
@@ -317,6 +376,7 @@ class EmbeddedLog:
         try:
             if work is not None:
                 work(db)
+            compacted = []
             for record in records:
                 partition = partition_for(record.key, self._topics[record.topic])
                 slot = (record.topic, partition)
@@ -328,6 +388,11 @@ class EmbeddedLog:
                     next_offsets[slot] = int(head[0]) if head else 0
                 offset = next_offsets[slot]
                 next_offsets[slot] = offset + 1
+                positions.append(Position(record.topic, partition, offset))
+                if record.topic in COMPACTED_TOPICS:
+                    compacted.append((record, partition, offset))
+                    continue
+                assert record.value is not None  # append_many refuses tombstones elsewhere
                 rows.append(
                     (
                         record.topic,
@@ -339,7 +404,6 @@ class EmbeddedLog:
                         now,
                     )
                 )
-                positions.append(Position(record.topic, partition, offset))
             db.executemany(
                 'INSERT INTO records (topic, partition, "offset", key, value, headers, '
                 "timestamp_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -350,6 +414,26 @@ class EmbeddedLog:
                 "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
                 [(topic, partition, head) for (topic, partition), head in next_offsets.items()],
             )
+            for record, partition, offset in compacted:  # in order: the last one wins
+                if record.value is None:
+                    db.execute(
+                        "DELETE FROM compacted WHERE topic = ? AND key = ?",
+                        (record.topic, record.key),
+                    )
+                else:
+                    db.execute(
+                        'INSERT OR REPLACE INTO compacted (topic, key, partition, "offset", '
+                        "value, headers, timestamp_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            record.topic,
+                            record.key,
+                            partition,
+                            offset,
+                            record.value,
+                            _encode_headers(record.headers),
+                            now,
+                        ),
+                    )
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -382,7 +466,11 @@ class EmbeddedLog:
             conn.close()
 
     def _read_chunk(
-        self, topic: str, positions: Mapping[int, int], stop: Mapping[int, int] | None
+        self,
+        topic: str,
+        positions: Mapping[int, int],
+        stop: Mapping[int, int] | None,
+        table: str = "records",
     ) -> list[LogRecord]:
         out: list[LogRecord] = []
         with self._reader() as db:
@@ -391,9 +479,7 @@ class EmbeddedLog:
                 if limit is not None and offset >= limit:
                     continue
                 rows = db.execute(
-                    'SELECT "offset", key, value, headers, timestamp_ms FROM records '
-                    'WHERE topic = ? AND partition = ? AND "offset" >= ? AND "offset" < ? '
-                    'ORDER BY "offset" LIMIT ?',
+                    _READ_COMPACTED if table == "compacted" else _READ_RECORDS,
                     (topic, partition, offset, _NO_LIMIT if limit is None else limit, _READ_CHUNK),
                 ).fetchall()
                 out.extend(

@@ -38,6 +38,7 @@ class KafkaLog:
         request_timeout_ms: int = 15000,
         topic_prefix: str = "",
         append_timeout_s: float = 10.0,
+        topic_configs: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self._partitions = partitions
@@ -52,6 +53,8 @@ class KafkaLog:
         #: aiokafka retries a dead broker for ever; past this an append is refused
         #: (the record may still land later: durable but never acknowledged)
         self._append_timeout_s = append_timeout_s
+        #: per-topic configs over the defaults (the compacted key topic), unprefixed names
+        self._topic_configs = {t: dict(c) for t, c in (topic_configs or {}).items()}
 
     @property
     def partitions(self) -> int:
@@ -91,11 +94,17 @@ class KafkaLog:
                 "min.insync.replicas": "2" if replication >= 3 else "1",
             }
             existing = set(await admin.list_topics())
-            missing = [self._t(t) for t in topics if self._t(t) not in existing]
+            wanted = [t for t in topics if self._t(t) not in existing]
+            missing = [self._t(t) for t in wanted]
             if missing:
                 new = [
-                    NewTopic(t, self._partitions, replication, topic_configs=configs)
-                    for t in missing
+                    NewTopic(
+                        self._t(t),
+                        self._partitions,
+                        replication,
+                        topic_configs={**configs, **self._topic_configs.get(t, {})},
+                    )
+                    for t in wanted
                 ]
                 with contextlib.suppress(TopicAlreadyExistsError):
                     await admin.create_topics(new)
@@ -192,7 +201,7 @@ class KafkaLog:
                             m.partition,
                             m.offset,
                             m.key,
-                            m.value,
+                            m.value if m.value is not None else b"",  # tombstone
                             tuple((k, bytes(v)) for k, v in m.headers),
                             int(m.timestamp),
                         )

@@ -25,6 +25,7 @@ from reef.events import (
     EngineLoadFailed,
     Event,
     InferenceRecorded,
+    RecordErased,
     ReleaseCommitted,
     ReleaseProposed,
     ReleaseRejected,
@@ -89,6 +90,10 @@ def golden_events() -> dict[str, Event]:
         EngineLoadFailed(
             event_id="evt-engine-failed", **_ENV, engine_id="engine-b", release_id="rel-2",
             error="out of memory", attempt=3,
+        ),
+        RecordErased(
+            event_id="evt-record-erased", **_ENV, record_id="evt-inference",
+            requested_by="admin-1",
         ),
     ]
     by_type = {event.type_name(): event for event in events}
