@@ -13,7 +13,11 @@ the chain or the artifact store, and imports no training library at module level
 2. **Batching** — ``batching.batch_size`` units make a batch. A unit is one sample, or
    with ``batching.group_by`` (a report ``metadata`` key) one complete group of
    ``batching.group_size`` samples sharing that key's value; a sample missing the key
-   is rejected (``missing_group_key``).
+   is rejected (``missing_group_key``). Against feedback poisoning (docs/security.md),
+   ``batching.max_per_reporter`` caps the units one reporter (token) may have in a
+   batch (the rest wait for a later batch) and ``batching.min_distinct_reporters``
+   holds a batch until that many reporters contributed to it (see
+   :meth:`Batching.choose`).
 3. **Candidate production** — :meth:`Recipe.produce` writes a candidate folder from the
    batch, starting from the parent release's files (a training backend; blocking, the
    trainer runs it in a worker thread).
@@ -32,12 +36,20 @@ key or a wrong type fails at start with the key's dotted name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from recipes.errors import RecipeConfigError, RecipeError
 from recipes.samples import Sample
@@ -73,6 +85,15 @@ class Eligibility(StrictModel):
         return None
 
 
+#: the reporter of samples whose reports were written before reporters were recorded
+UNKNOWN_REPORTER = ""
+
+
+def reporter_of(sample: Sample) -> str:
+    """Who a batch attributes ``sample`` to (unrecorded reporters count as one)."""
+    return sample.reporter if sample.reporter is not None else UNKNOWN_REPORTER
+
+
 class Batching(StrictModel):
     """How admitted samples form a batch."""
 
@@ -84,6 +105,57 @@ class Batching(StrictModel):
     max_wait_s: float | None = Field(
         default=None, gt=0, description="Train a partial batch after this long without new samples."
     )
+    max_per_reporter: int | None = Field(
+        default=None,
+        ge=1,
+        description="Units one reporter (token) may have in one batch; the rest wait for a "
+        "later batch (unset: no cap).",
+    )
+    min_distinct_reporters: int = Field(
+        default=1, ge=1, description="Distinct reporters a batch needs before it trains."
+    )
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Batching:
+        most = self.batch_size * self.group_size
+        if self.min_distinct_reporters > most:
+            raise ValueError(
+                f"min_distinct_reporters ({self.min_distinct_reporters}) exceeds the samples "
+                f"a batch can hold (batch_size x group_size = {most})"
+            )
+        return self
+
+    def choose(
+        self, units: Sequence[tuple[Sample, ...]], *, partial: bool = False
+    ) -> list[tuple[Sample, ...]] | None:
+        """The units of the next batch from ``units`` (oldest first), or None if none may
+        train yet: a full batch (any size when ``partial``) within ``max_per_reporter``
+        that has ``min_distinct_reporters``. Units left out keep waiting.
+
+        A unit counts once for every reporter with a sample in it. While filling, the
+        last free places are kept for units that bring a reporter not in the batch yet.
+        """
+        chosen: list[tuple[Sample, ...]] = []
+        counts: Counter[str] = Counter()
+        for unit in units:
+            if len(chosen) == self.batch_size:
+                break
+            who = {reporter_of(s) for s in unit}
+            if self.max_per_reporter is not None and any(
+                counts[r] >= self.max_per_reporter for r in who
+            ):
+                continue
+            still_needed = self.min_distinct_reporters - len(counts)
+            places_after = self.batch_size - len(chosen) - 1
+            if not who - counts.keys() and places_after < still_needed:
+                continue
+            chosen.append(unit)
+            counts.update(who)
+        if not chosen or len(counts) < self.min_distinct_reporters:
+            return None
+        if len(chosen) < self.batch_size and not partial:
+            return None
+        return chosen
 
 
 class GateConfig(StrictModel):

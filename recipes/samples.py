@@ -60,6 +60,8 @@ class Sample:
     release_ids: tuple[str, ...]
     partition: int = 0
     offset: int = 0
+    #: who reported it (the token's principal name, set by the API); None when not recorded
+    reporter: str | None = None
 
     def correction(self) -> str | None:
         """The answer that should have been given: ``feedback.correction`` or
@@ -125,4 +127,5 @@ def sample_from_event(
         release_ids=tuple(event.release_ids),
         partition=partition,
         offset=offset,
+        reporter=event.reporter,
     )

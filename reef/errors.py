@@ -66,8 +66,12 @@ class StackError(ReefError):
 class RequestError(ReefError):
     """A client request is invalid; carries an HTTP status and a stable code."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        #: extra response headers (e.g. ``Retry-After`` on 429)
+        self.headers = dict(headers or {})

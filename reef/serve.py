@@ -24,6 +24,10 @@ from reef.settings import describe
 @click.option("--upstream-dialect", type=click.Choice(["openai", "anthropic"]))
 @click.option("--recipe", help="Recipe new scenarios are bound to (default core).")
 @click.option("--max-body-bytes", type=int, help="Largest accepted request body.")
+@click.option("--report-rate-per-token", type=float, help="Reports/s per token (unset: no limit).")
+@click.option("--report-burst-per-token", type=int, help="Report burst per token (default 20).")
+@click.option("--report-rate-per-scenario", type=float, help="Reports/s per scenario.")
+@click.option("--report-burst-per-scenario", type=int, help="Report burst per scenario (100).")
 @click.option("--insecure", is_flag=True, default=None, help="Allow running with no token.")
 @click.option("--print-config", is_flag=True, help="Print every setting and its source, then exit.")
 def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:

@@ -35,12 +35,6 @@ class Settings(BaseModel):
     kafka_append_timeout_s: float = Field(
         10.0, gt=0, description="Longest wait for Kafka to acknowledge an append (then 503)."
     )
-    key_topic_segment_ms: int = Field(
-        60_000,
-        ge=100,
-        description="Kafka segment.ms of the compacted key topic: an erased key is cleaned "
-        "from the broker's files within about this long plus the cleaner's backoff.",
-    )
     streams_session_timeout_s: float = Field(
         10.0, gt=0, description="Kafka session timeout of a `reef streams` worker."
     )
@@ -62,6 +56,26 @@ class Settings(BaseModel):
     insecure: bool = Field(False, description="Run with no token at all (prints a warning).")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body.")
     allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
+    report_rate_per_token: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Reports per second one token may send, per API replica (token bucket; "
+        "unset: no limit). Over it: 429 with Retry-After.",
+    )
+    report_burst_per_token: int = Field(
+        20, ge=1, description="Reports one token may send at once before its rate applies."
+    )
+    report_rate_per_scenario: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Reports per second one scenario accepts from all tokens, per API replica "
+        "(token bucket; unset: no limit).",
+    )
+    report_burst_per_scenario: int = Field(
+        100, ge=1, description="Reports one scenario accepts at once before its rate applies."
+    )
     recipe: str = Field("core", description="Recipe every new scenario is bound to.")
     recipe_config: Path | None = Field(
         None, description="YAML file whose 'recipe:' section configures the recipe."

@@ -1,7 +1,9 @@
 """Admitted samples waiting for a batch, per scenario (pure, no I/O).
 
 Units are single samples, or with ``group_by`` complete groups of ``group_size``
-samples sharing the group key's value; a batch is ``batch_size`` units, oldest first.
+samples sharing the group key's value; a batch is ``batch_size`` units, oldest first,
+within the per-reporter cap and distinct-reporter minimum of the recipe's batching
+(units over the cap keep waiting for a later batch).
 A sample stays *pending* (it holds back its partition's committed offset) from
 :meth:`Batcher.add` until the batch that took it is decided.
 """
@@ -71,14 +73,14 @@ class Batcher:
         return [name for name, waiting in self._waiting.items() if waiting.groups]
 
     def ready(self, scenario: str) -> bool:
-        return len(self._units(scenario)) >= self.config.batch_size
+        return self.config.choose(self._units(scenario)) is not None
 
     def take(self, scenario: str, *, partial: bool = False) -> Batch | None:
-        """The next batch (oldest units first), or None; ``partial`` takes a short one."""
-        units = self._units(scenario)
-        if not units or (len(units) < self.config.batch_size and not partial):
+        """The next batch (oldest units first, within the reporter rules of
+        :meth:`Batching.choose`), or None; ``partial`` takes a short one."""
+        chosen = self.config.choose(self._units(scenario), partial=partial)
+        if chosen is None:
             return None
-        chosen = units[: self.config.batch_size]
         taken = {s.sample_id for unit in chosen for s in unit}
         waiting = self._waiting[scenario]
         for key, samples in list(waiting.groups.items()):

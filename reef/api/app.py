@@ -24,6 +24,7 @@ from reef.api import errors, inference, releases, reports, scenarios, system
 from reef.api.auth import registry_from
 from reef.api.context import AppContext, watch_processor_lag
 from reef.api.metrics import Metrics
+from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
@@ -114,6 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.bind(ctx)
             store.observe_append = metrics.append_seconds.observe
             app.state.report_desk = ReportDesk()
+            app.state.report_limiter = limiter_from(settings)
             yield
 
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)

@@ -21,15 +21,21 @@ logger = logging.getLogger(__name__)
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
-def error_response(request: Request, status: int, code: str, message: str) -> JSONResponse:
+def error_response(
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body = error_body(dialect_of_path(request.url.path), status, code, message)
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    extra = {"www-authenticate": "Bearer"} if status == 401 else {}
+    return JSONResponse(body, status_code=status, headers={**extra, **(headers or {})} or None)
 
 
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
-    return error_response(request, exc.status, exc.code, exc.message)
+    return error_response(request, exc.status, exc.code, exc.message, exc.headers)
 
 
 async def _reef_error(request: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from reef.api import registry
 from reef.api.context import AppContext, context_of
 from reef.api.inputs import parse_object, read_body, scenario_header
+from reef.api.ratelimit import ReportLimiter
 from reef.errors import RequestError
 from reef.events import ReportSubmitted, utc_now
 from reef.ids import content_hash, new_record_id
@@ -127,6 +128,15 @@ async def submit_report(request: Request) -> JSONResponse:
     principal = ctx.authenticate(request, "report")
     scenario = scenario_header(request)
     principal.require_scenario(scenario)
+    limiter: ReportLimiter = request.app.state.report_limiter
+    refusal = limiter.admit(principal.name, scenario)
+    if refusal is not None:  # before the body is read: a refused report costs nothing
+        raise RequestError(
+            429,
+            "rate_limited",
+            f"too many reports for this {refusal.limit}; retry in {refusal.retry_after_header} s",
+            headers={"Retry-After": refusal.retry_after_header},
+        )
     report = validate_report(parse_object(await read_body(request, ctx.settings.max_body_bytes)))
     await registry.ensure(ctx, scenario)
     await request.app.state.report_desk.submit(ctx, scenario, report, principal.name)

@@ -263,6 +263,7 @@ class JoinProcessor:
             feedback_json=report["feedback"],
             metadata_json=report["metadata"],
             release_ids=releases,
+            reporter=report.get("reporter"),
         )
 
     def _trajectory(self, state: KeyValueState, refs: list[str]) -> list[str]:
@@ -298,6 +299,7 @@ def _parked_from(event: ReportSubmitted) -> dict[str, Any]:
         "feedback": event.feedback_json,
         "metadata": event.metadata_json,
         "at": _ms(event.occurred_at),
+        "reporter": event.reporter,
     }
 
 
