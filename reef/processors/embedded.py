@@ -26,12 +26,17 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from reef.errors import LogUnavailableError
 from reef.eventstore import EventStore
 from reef.log.base import LogRecord
 from reef.log.embedded import EmbeddedLog
 from reef.processors.state import DictState, Processor, WriteBuffer
 
 logger = logging.getLogger(__name__)
+
+#: back-off while the log refuses commits (seconds, doubling up to the maximum)
+_RETRY_FIRST = 0.2
+_RETRY_MAX = 2.0
 
 _STATE_TABLE = """
 CREATE TABLE IF NOT EXISTS processor_state (
@@ -102,9 +107,22 @@ class EmbeddedRuntime:
             pass
 
     async def _run(self) -> None:
+        backoff = _RETRY_FIRST
         while True:
             marker = self.log.append_marker(self.processor.inputs)
-            if not await self._step_batch():
+            try:
+                progressed = await self._step_batch()
+            except LogUnavailableError as exc:
+                # e.g. the disk is full: the transaction rolled back, the in-memory state
+                # and positions are untouched, so the same batch is simply tried again
+                logger.warning(
+                    "%s: cannot commit (%s); retrying in %.1fs", self.processor.name, exc, backoff
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RETRY_MAX)
+                continue
+            backoff = _RETRY_FIRST
+            if not progressed:
                 await self.log.wait_for_append(marker, self._idle_wait)
                 await asyncio.sleep(self._linger)
 

@@ -92,6 +92,14 @@ class LoadResult:
         assert first is not None, "the load never succeeded again after the fault"
         return first - fault_at
 
+    def recovered_after(self, moment: float) -> float:
+        """Seconds from ``moment`` (the fault healed) to the first success after which no
+        started request failed."""
+        last = self.last_failure(after=moment)
+        first = self.first_ok_after(moment if last is None else last)
+        assert first is not None, "the load never succeeded after the fault was healed"
+        return max(0.0, first - moment)
+
     def latency_p99(self, start: float = 0.0, end: float = float("inf")) -> float:
         lat = sorted(a.latency for a in self.attempts if a.ok and start <= a.started < end)
         if not lat:
