@@ -92,6 +92,7 @@ class SampleJoined(Event):
     feedback_json: str
     metadata_json: str
     release_ids: list[str]
+    reporter: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,12 @@ class Settings(BaseModel):
     kafka_append_timeout_s: float = Field(
         10.0, gt=0, description="Longest wait for Kafka to acknowledge an append (then 503)."
     )
+    key_topic_segment_ms: int = Field(
+        60_000,
+        ge=100,
+        description="Kafka segment.ms of the compacted key topic: an erased key is cleaned "
+        "from the broker's files within about this long plus the cleaner's backoff.",
+    )
     streams_session_timeout_s: float = Field(
         10.0, gt=0, description="Kafka session timeout of a `reef streams` worker."
     )
