@@ -417,6 +417,7 @@ COLUMNS = [
     "candidates_rejected",
     "samples_pending",
     "processor_lag",
+    "load_1m",
 ]
 
 
@@ -445,13 +446,14 @@ def window_row(
     for role in ROLES:
         row[f"rss_{role}_mb"] = round(rss[role], 1) if role in rss else ""
     row.update(status)
+    row["load_1m"] = round(psutil.getloadavg()[0], 2)  # the machine's contention
     return row
 
 
 async def reef_status(client: httpx.AsyncClient, deployment: Deployment) -> dict[str, Any]:
     """Releases committed, candidates rejected, samples pending, processor lag (blank when
     the status call fails: that is noted in the row, not counted as a request error)."""
-    found: dict[str, Any] = dict.fromkeys(COLUMNS[-4:], "")
+    found: dict[str, Any] = dict.fromkeys(COLUMNS[-5:-1], "")
     try:
         body = (await client.get("/reef/status", timeout=10.0)).raise_for_status().json()
     except (httpx.HTTPError, ValueError):
@@ -496,7 +498,8 @@ async def sample_loop(
             f"p50={row['p50_ms']:>8.1f} p99={row['p99_ms']:>8.1f} ms  "
             f"rss={row['rss_total_mb']:>7.1f} MB  releases={row['releases_committed']} "
             f"rejected={row['candidates_rejected']} pending={row['samples_pending']} "
-            f"lag={row['processor_lag']}" + (f"  DEAD: {dead}" if dead else ""),
+            f"lag={row['processor_lag']} load={row['load_1m']}"
+            + (f"  DEAD: {dead}" if dead else ""),
             flush=True,
         )
 
@@ -620,9 +623,21 @@ def summary(load: Load, rows: list[dict[str, Any]], args: argparse.Namespace) ->
                 f"{role:<11} {points[0][1]:>8.1f}MB {points[-1][1]:>8.1f}MB "
                 f"{verdict.first_half:>+10.2f}MB/min {verdict.second_half:>+10.2f}MB/min"
             )
-        total = plateau([(float(r["t_s"]), float(r["rss_total_mb"])) for r in rows], args.duration)
+        loads = [float(r["load_1m"]) for r in rows]
         lines.append(
-            f"memory {'PLATEAUS' if total.plateaus else 'DOES NOT PLATEAU'}: total RSS slope "
+            f"machine load (1-min average) during the soak: mean {sum(loads) / len(loads):.2f},"
+            f" max {max(loads):.2f} on {psutil.cpu_count()} cores"
+        )
+        total = plateau([(float(r["t_s"]), float(r["rss_total_mb"])) for r in rows], args.duration)
+        verdict = (
+            "PLATEAUS"
+            if total.plateaus
+            else "CANNOT TELL (under 3 samples in a half)"
+            if math.isnan(total.second_half)
+            else "DOES NOT PLATEAU"
+        )
+        lines.append(
+            f"memory {verdict}: total RSS slope "
             f"over the second half {total.second_half:+.2f} MB/min vs threshold "
             f"{total.threshold:.2f} MB/min (first half {total.first_half:+.2f} MB/min)"
         )
@@ -662,11 +677,9 @@ def main() -> None:
         deployment.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    load_avg = ", ".join(f"{v:.2f}" for v in psutil.getloadavg())
     plot(rows, args.out / f"soak-{args.log}.png", f"Reef soak on the {args.log} log")
     for line in summary(load, rows, args):
         print(line)
-    print(f"machine: {psutil.cpu_count()} cores, load average now {load_avg}")
     print(f"wrote {csv_path} and {args.out / f'soak-{args.log}.png'}")
     if dead:
         raise SystemExit(f"Reef processes exited during the soak: {dead}")
