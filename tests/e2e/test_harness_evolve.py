@@ -1,10 +1,12 @@
 """harness_evolve end to end: failing reports → proposed edit → paired gate → harness served.
 
-``reef serve`` on the embedded log proxies the scripted harness upstream
-(tests/support/harness_upstream.py, its own process): its agent answers ``Task: <word>``
-correctly (the word reversed) only when the system prompt carries the rule, and as the
-proposer it answers with one JSON edit. The recipe ``harness_evolve`` runs in the
-in-process trainer; every scenario starts from the seed harness (``REEF_SEED_DIR``).
+``reef serve`` proxies the scripted harness upstream (tests/support/harness_upstream.py,
+its own process): its agent answers ``Task: <word>`` correctly (the word reversed) only
+when the system prompt carries the rule, and as the proposer it answers with one JSON
+edit. Every scenario starts from the seed harness (``REEF_SEED_DIR``). Both logs
+(tests/support/learning.py): on the embedded log the ``harness_evolve`` trainer runs
+inside ``reef serve``; on Kafka it is a ``reef trainer`` process beside ``reef serve``
+and a ``reef streams`` worker, on a topic prefix of their own.
 
 An agent here does what a client of a harness scenario does: fetch ``GET /reef/harness``,
 compose the system prompt from its files, ask through Reef's ``/v1/chat/completions``
@@ -17,14 +19,13 @@ compose the system prompt from its files, ask through Reef's ``/v1/chat/completi
   evaluation ties, the gate rejects, and the served harness is unchanged.
 * scenario ``malformed``: the proposer answers prose; the candidate fails closed and the
   served harness is unchanged.
-
-Embedded log only: the in-process trainer runs on the embedded log (on Kafka the
-trainer is a separate ``reef trainer`` process, not covered here).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ import pytest
 from recipes.harness_edits import compose
 from recipes.harness_evolve import PROPOSER_MARKER
 from recipes.tasks import exact
-from tests.e2e.conftest import ReefServer, launch, unique_scenario
+from tests.e2e.conftest import LOG_KINDS, unique_scenario
 from tests.support.harness_upstream import MALFORMED, RULE, USELESS
+from tests.support.learning import LearningDeployment, learning_deployment
 from tests.support.servers import UpstreamProcess, running_upstream
 
 pytestmark = pytest.mark.slow
@@ -73,13 +75,37 @@ recipe:
     return config
 
 
+GROUP = "trainer:harness_evolve"
+OUTCOMES = {"accepted": "committed", "rejected": "gate_rejected", "failed": "training_failed"}
+
+
+@dataclass(frozen=True)
+class Episode:
+    word: str
+    answer: str
+    score: float
+    receipt: str
+    release: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the trainer did with one scenario's batch."""
+
+    outcome: str  # committed | gate_rejected | training_failed
+    log: str  # the trainer's log lines about the scenario
+
+
 @dataclass
 class Deployment:
-    server: ReefServer
+    loop: LearningDeployment
     upstream: UpstreamProcess
 
     def http(self, scenario: str | None = None) -> httpx.Client:
-        return self.server.client(scenario, timeout=60.0)
+        headers = {"Authorization": f"Bearer {self.loop.token}"}
+        if scenario is not None:
+            headers["x-reef-scenario"] = scenario
+        return httpx.Client(base_url=self.loop.base_url, headers=headers, timeout=60.0)
 
     def create(self, prefix: str) -> str:
         scenario = unique_scenario(prefix)
@@ -88,9 +114,10 @@ class Deployment:
         assert response.status_code == 201, response.text
         return scenario
 
-    def harness(self, scenario: str) -> dict[str, Any]:
+    def harness(self, scenario: str, release_id: str | None = None) -> dict[str, Any]:
+        params = {"release_id": release_id} if release_id else {}
         with self.http(scenario) as client:
-            response = client.get("/reef/harness")
+            response = client.get("/reef/harness", params=params)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         assert response.headers["x-reef-release-id"] == body["release_id"]
@@ -101,8 +128,8 @@ class Deployment:
         served = self.harness(scenario)
         system = compose(served["files"], PATTERNS)
         client = openai.OpenAI(
-            base_url=self.server.v1_url,
-            api_key=self.server.token,
+            base_url=f"{self.loop.base_url}/v1",
+            api_key=self.loop.token,
             default_headers={"x-reef-scenario": scenario},
             timeout=60.0,
             max_retries=0,
@@ -145,64 +172,61 @@ class Deployment:
                 response = client.post("/reef/report", json=body)
                 assert response.status_code in (200, 201, 202), response.text
 
-    def trainer(self) -> dict[str, Any]:
-        with self.http() as client:
-            response = client.get("/reef/status")
-        response.raise_for_status()
-        status: dict[str, Any] = response.json()["trainer"]
-        return status
+    def counters(self) -> dict[str, int]:
+        status = self.loop.wait_trainer_status()
+        assert status["error"] is None, status
+        return dict(status["candidates"])
 
-    def step_of(self, scenario: str) -> dict[str, Any]:
-        """The trainer's finished step for the scenario (waits for it)."""
+    def step_of(self, scenario: str, before: dict[str, int]) -> Step:
+        """Wait until the trainer decided one more candidate (the scenario's batch: the
+        counters grow once the chain committed, or the gate or the proposal failed);
+        fail fast if it skipped the scenario's samples."""
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while time.monotonic() < deadline:
-            assert self.server.process.managed.running(), self.server.output()
-            status = self.trainer()
-            done = [s for s in status["steps"] if s["scenario"] == scenario and "outcome" in s]
-            if done:
-                assert len(done) == 1, done
-                return done[0]
+            self.loop.alive()
+            status = self.loop.wait_trainer_status()
             skipped = [r for r in status["recent_rejections"] if r["scenario"] == scenario]
             assert not skipped, f"the trainer skipped samples of {scenario}: {skipped}"
+            grown = [k for k in OUTCOMES if status["candidates"][k] > before[k]]
+            if grown:
+                assert len(grown) == 1, (before, status["candidates"])
+                log = "\n".join(
+                    line for line in self.loop.trainer_log().splitlines() if scenario in line
+                )
+                return Step(OUTCOMES[grown[0]], log)
             time.sleep(0.25)
-        raise AssertionError(f"no trainer step for {scenario}: {self.trainer()}")
-
-
-@dataclass(frozen=True)
-class Episode:
-    word: str
-    answer: str
-    score: float
-    receipt: str
-    release: str
+        raise AssertionError(f"no trainer decision for {scenario}\n{self.loop.trainer_output()}")
 
 
 def mean(episodes: list[Episode]) -> float:
     return sum(e.score for e in episodes) / len(episodes)
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    tmp = tmp_path_factory.mktemp("harness-evolve")
+@pytest.fixture(scope="module", params=LOG_KINDS)
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    kind: str = request.param
+    bootstrap = request.getfixturevalue("kafka_topics") if kind == "kafka" else None
+    tmp = tmp_path_factory.mktemp(f"harness-evolve-{kind}")
     seed = tmp / "seed"
     seed.mkdir()
     (seed / "system_prompt.md").write_text(SEED)
+    token = f"reef-tok-{secrets.token_hex(8)}"
     with running_upstream(tmp / "upstream", module="tests.support.harness_upstream") as upstream:
-        server = launch(
-            "embedded",
-            upstream=upstream,
-            state_dir=tmp / "state",
-            env={
-                "REEF_RECIPE": "harness_evolve",
-                "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
-                "REEF_SEED_DIR": str(seed),
-            },
-            timeout=120.0,
-        )
-        try:
-            yield Deployment(server, upstream)
-        finally:
-            server.stop()
+        env = {
+            "REEF_TOKEN": token,
+            "REEF_UPSTREAM_URL": upstream.v1_url,
+            "REEF_UPSTREAM_DIALECT": "openai",
+            "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
+            "REEF_RECIPE": "harness_evolve",
+            "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
+            "REEF_SEED_DIR": str(seed),
+        }
+        with learning_deployment(
+            kind, tmp, env, token=token, group=GROUP, kafka_bootstrap=bootstrap
+        ) as loop:
+            yield Deployment(loop, upstream)
 
 
 def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Deployment) -> None:
@@ -215,15 +239,14 @@ def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Dep
     assert [e.answer for e in failures] == TRAIN_WORDS  # no rule: the word, not reversed
     assert mean(failures) < 0.2
     assert mean(deployment.run_agent(scenario, HELD_OUT)) < 0.2  # held out: no report
+    counted = deployment.counters()
     deployment.report(scenario, failures)
 
-    step = deployment.step_of(scenario)
-    assert step["outcome"] == "committed", step
-    assert step["parent_release_id"] == before["release_id"]
-    assert step["baseline_score"] < 0.2 and step["candidate_score"] == 1.0
+    step = deployment.step_of(scenario, counted)
+    assert step.outcome == "committed", step
 
     after = deployment.harness(scenario)
-    assert after["release_id"] == step["release_id"] != before["release_id"]
+    assert after["release_id"] != before["release_id"]
     assert after["parent_release_id"] == before["release_id"]
     assert after["files"] == {"system_prompt.md": SEED + RULE + "\n"}
     evaluation = after["evaluation"]
@@ -234,13 +257,8 @@ def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Dep
     assert evaluation["candidate"]["metrics"]["passed"] == len(GATE_WORDS)
     assert evaluation["baseline"]["score"] < 0.2
     assert evaluation["baseline"]["metrics"]["passed"] == 0
-    pinned = httpx.get(
-        f"{deployment.server.base_url}/reef/harness",
-        params={"release_id": before["release_id"]},
-        headers=deployment.server.headers(scenario),
-        timeout=30.0,
-    )
-    assert pinned.json()["files"] == {"system_prompt.md": SEED}  # history kept
+    pinned = deployment.harness(scenario, before["release_id"])
+    assert pinned["files"] == {"system_prompt.md": SEED}  # history kept
 
     # the proposer was the upstream model, asked at temperature 0 with the failures
     proposals = deployment.upstream.requests(contains=PROPOSER_MARKER)
@@ -264,27 +282,25 @@ def test_an_edit_that_does_not_help_leaves_the_harness_unchanged(
     before = deployment.harness(scenario)
     failures = deployment.run_agent(scenario, TRAIN_WORDS, suffix=f" {marker}")
     assert mean(failures) < 0.2
-    counted = deployment.trainer()["candidates"]
+    counted = deployment.counters()
     deployment.report(scenario, failures)
 
-    step = deployment.step_of(scenario)
-    assert step["outcome"] == outcome, step
-    assert "proposal_id" not in step  # nothing was proposed to the chain
+    step = deployment.step_of(scenario, counted)
+    assert step.outcome == outcome, step
     if outcome == "gate_rejected":
-        # both harnesses ran the task set; the useless rule reached the candidate's episodes
-        assert step["candidate_score"] == step["baseline_score"] < 0.2
-        assert "gain +0.0000" in step["reason"]
+        # both harnesses ran the task set (a tie); the useless rule reached the
+        # candidate's episodes
+        assert f"candidate for {scenario} rejected (gate_rejected)" in step.log, step
+        assert re.search(r"score (0\.\d+) vs head \1 \(gain \+0\.0000, margin 0\.5\)", step.log)
         episodes = deployment.upstream.requests(contains="Keep answers short.")
         assert sum(1 for e in episodes if PROPOSER_MARKER not in e["raw"]) >= len(GATE_WORDS)
     else:
-        assert "not one JSON object" in step["reason"]
+        assert f"training on {scenario} failed" in step.log, step
+        assert "not one JSON object" in step.log
 
     after = deployment.harness(scenario)
     assert after["release_id"] == before["release_id"]
     assert after["files"] == before["files"] == {"system_prompt.md": SEED}
     assert mean(deployment.run_agent(scenario, HELD_OUT, suffix=f" {marker}")) < 0.2
-    trainer = deployment.trainer()
-    assert trainer["error"] is None
     kind = "rejected" if outcome == "gate_rejected" else "failed"
-    assert trainer["candidates"]["accepted"] == counted["accepted"]
-    assert trainer["candidates"][kind] == counted[kind] + 1
+    assert deployment.counters() == {**counted, kind: counted[kind] + 1}
