@@ -5,7 +5,8 @@
   releases form one line: each one's parent is the head before it;
 - every release's content (manifest and each object) is in the artifact store and its
   bytes match their sha256;
-- every sample's references are recorded exchanges of the same scenario.
+- every sample's references are recorded exchanges of the same scenario (an erased
+  exchange still counts: its lineage stays, only its content is gone).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from reef.events import (
     EngineLoaded,
     Event,
     InferenceRecorded,
+    RecordErased,
     ReleaseCommitted,
     ReportSubmitted,
     SampleJoined,
@@ -123,11 +125,26 @@ def verify_samples(events: Iterable[Event], report: AuditReport) -> None:
                 )
 
 
+#: the fields of an exchange that hold (or point to) its content
+CONTENT_FIELDS = frozenset(
+    {
+        "request_json",
+        "response_json",
+        "request_ref",
+        "response_ref",
+        "request_sealed",
+        "response_sealed",
+    }
+)
+
+
 @dataclass(slots=True)
 class Trail:
     """Everything the log says about one receipt."""
 
     record: InferenceRecorded | None = None
+    #: the erasure of the record, when it was erased (its content is then gone)
+    erased: RecordErased | None = None
     reports: list[ReportSubmitted] = field(default_factory=list)
     samples: list[SampleJoined] = field(default_factory=list)
     releases: list[ReleaseCommitted] = field(default_factory=list)
@@ -140,6 +157,8 @@ def trail(receipt: str, events: Iterable[Event]) -> Trail:
     for event in ordered:
         if isinstance(event, InferenceRecorded) and event.event_id == receipt:
             out.record = event
+        elif isinstance(event, RecordErased) and event.record_id == receipt:
+            out.erased = out.erased or event
         elif isinstance(event, ReportSubmitted) and receipt in event.references:
             out.reports.append(event)
         elif isinstance(event, SampleJoined) and receipt in event.references:

@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from reef import audit, topics
+from reef.artifacts import ClaimCheck
 from reef.events import Event
-from reef.eventstore import EventStore
+from reef.eventstore import readable_store
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.releases import ContentStore, open_store
@@ -21,8 +22,12 @@ from reef.settings import Settings
 
 
 async def _events(settings: Settings, topic_names: tuple[str, ...]) -> list[Event]:
-    async with running(open_log(settings, client_id="reef-audit")) as log:
-        store = EventStore(log)
+    """The topics' events, readable: sealed bodies opened, erased ones without content."""
+    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    async with (
+        running(open_log(settings, client_id="reef-audit")) as log,
+        readable_store(log, claims) as store,
+    ):
         out: list[Event] = []
         for topic in topic_names:
             async for stored in store.read(topic):
@@ -69,8 +74,13 @@ def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
     found = audit.trail(receipt, asyncio.run(_events(settings, topics.ALL_TOPICS)))
     if found.record is None:
         raise click.ClickException(f"no recorded exchange {receipt}")
+    record = _json(found.record)
+    if found.erased is not None:
+        # the content is gone; what stays is that it existed and where it went
+        record = {k: v for k, v in record.items() if k not in audit.CONTENT_FIELDS}
+        record["erased"] = _json(found.erased)
     body = {
-        "record": _json(found.record),
+        "record": record,
         "reports": [_json(e) for e in found.reports],
         "samples": [_json(e) for e in found.samples],
         "releases": [_json(e) for e in found.releases],

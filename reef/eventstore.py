@@ -11,6 +11,7 @@ processors and replay work on: their decisions never depend on a key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -25,11 +26,13 @@ from reef.crypto.bodies import (
     strip_exchange,
     trajectory_receipts,
 )
-from reef.crypto.keyring import KeyRing, key_record
+from reef.crypto.keyring import KeyRing, key_record, open_keyring, tombstone_record
 from reef.crypto.seal import new_data_key
 from reef.errors import CodecError, ReefError
-from reef.events import Event, InferenceRecorded, SampleJoined
+from reef.events import Event, InferenceRecorded, RecordErased, SampleJoined, utc_now
+from reef.ids import derived_id
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
+from reef.log.embedded import EmbeddedLog
 from reef.topics import topic_for
 
 
@@ -90,6 +93,40 @@ class EventStore:
             self.observe_append(time.perf_counter() - started)
         return positions[len(keys) :]
 
+    async def erase(
+        self,
+        scenario: str,
+        record_id: str,
+        *,
+        producer: str,
+        requested_by: str | None = None,
+        announce: bool = True,
+    ) -> None:
+        """Destroy a record's data key and (with ``announce``) append RecordErased, in one
+        durable append; then drop every copy of the key this process holds.
+
+        On the embedded log the key row is DELETEd (zeroed) and the WAL truncated; on
+        Kafka the tombstone lets the cleaner remove the key from the broker's files.
+        A repeated erase (``announce=False``) writes the tombstone again: harmless, and
+        on Kafka it rolls the key topic's segment once ``segment.ms`` passed.
+        """
+        pending = [tombstone_record(record_id)]
+        if announce:
+            event = RecordErased(
+                event_id=derived_id("erased", scenario, record_id),
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer=producer,
+                record_id=record_id,
+                requested_by=requested_by,
+            )
+            pending.append(self.prepare(event))
+        await self.log.append_many(pending)
+        if self.keys is not None:
+            self.keys.forget(record_id)
+        if isinstance(self.log, EmbeddedLog):
+            await self.log.scrub()
+
     async def read(
         self,
         topic: str,
@@ -98,13 +135,15 @@ class EventStore:
         follow: bool = False,
         until: Mapping[int, int] | None = None,
         scenario: str | None = None,
+        raw: bool = False,
     ) -> AsyncIterator[StoredEvent]:
+        """Decoded events; opened (see :meth:`open`) unless ``raw`` or without a key ring."""
         key = scenario.encode() if scenario is not None else None
         async for record in self.log.read(topic, start=start, follow=follow, until=until):
             if key is not None and record.key != key:
                 continue
             stored = self.decode(record)
-            yield await self.open(stored) if self.keys is not None else stored
+            yield stored if raw or self.keys is None else await self.open(stored)
 
     async def open(self, stored: StoredEvent) -> StoredEvent:
         """The readable form: sealed bodies opened, or stripped and ``erased`` when the
@@ -117,7 +156,7 @@ class EventStore:
                 key = await self.keys.get(event.event_id)
                 if key is None:
                     return replace(stored, event=strip_exchange(event), erased=True)
-                if event.request_ref or event.response_ref:
+                if self.claims is not None and (event.request_ref or event.response_ref):
                     opened = await asyncio.to_thread(open_exchange, event, key, self._fetch)
                 else:
                     opened = open_exchange(event, key)
@@ -137,7 +176,7 @@ class EventStore:
         if not receipts:
             return stored
         keys = await self.keys.get_many(receipts)
-        if "sealed_claim" in event.trajectory_json:
+        if self.claims is not None and "sealed_claim" in event.trajectory_json:
             opened, complete = await asyncio.to_thread(
                 open_trajectory, trajectory, event.scenario, keys, self._fetch
             )
@@ -169,6 +208,19 @@ class EventStore:
             offload_claims(e, self.claims) if isinstance(e, InferenceRecorded) else e
             for e in events
         ]
+
+
+@contextlib.asynccontextmanager
+async def readable_store(
+    log: EventLog, claims: ClaimCheck | None = None
+) -> AsyncIterator[EventStore]:
+    """A store whose reads open sealed content, with its key ring running (tools, CLIs)."""
+    keys = open_keyring(log)
+    await keys.start()
+    try:
+        yield EventStore(log, claims=claims, keys=keys)
+    finally:
+        await keys.close()
 
 
 def _seal_all(events: Sequence[Event]) -> tuple[list[Event], list[PendingAppend]]:

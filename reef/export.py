@@ -3,6 +3,10 @@
 Columns are the event envelope, the event type, the log position and every field of the
 topic's event types (absent fields are null), so one file holds a topic with several
 event types (``reef.samples``: SampleJoined and ReportRejected).
+
+Sealed bodies are exported opened (with their data keys). An erased exchange is absent
+from the export; a sample that contains one keeps its row (ids, references, score: the
+lineage) with ``trajectory_json`` null.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from typing import Any
 
 import click
 
-from reef.events import EVENT_TYPES
-from reef.eventstore import EventStore
+from reef.artifacts import ClaimCheck
+from reef.events import EVENT_TYPES, InferenceRecorded, SampleJoined
+from reef.eventstore import readable_store
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
+from reef.releases import open_store
 from reef.settings import Settings
 from reef.topics import ALL_TOPICS, TOPIC_EVENTS
 
@@ -35,12 +41,20 @@ def columns(topic: str) -> list[str]:
 
 async def rows(settings: Settings, topic: str, since: datetime | None) -> list[dict[str, Any]]:
     out = []
-    async with running(open_log(settings, client_id="reef-export")) as log:
-        async for stored in EventStore(log).read(topic):
+    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    async with (
+        running(open_log(settings, client_id="reef-export")) as log,
+        readable_store(log, claims) as store,
+    ):
+        async for stored in store.read(topic):
             event = stored.event
             if event is None or (since is not None and event.occurred_at < since):
                 continue
+            if stored.erased and isinstance(event, InferenceRecorded):
+                continue  # erased: absent
             row = dataclasses.asdict(event)
+            if stored.erased and isinstance(event, SampleJoined):
+                row["trajectory_json"] = None  # lineage stays, content does not
             row.update(
                 type=event.type_name(),
                 partition=stored.record.partition,

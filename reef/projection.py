@@ -252,7 +252,7 @@ class ProjectionFollower:
         # the record at end-1 would hang when that offset is a transaction marker.
         for topic in FOLLOWED_TOPICS:
             ends = await self.store.log.end_offsets(topic)
-            async for stored in self.store.read(topic, until=ends):
+            async for stored in self.store.read(topic, until=ends, raw=True):
                 self._apply(topic, stored)
             for partition, offset in ends.items():
                 self._next[(topic, partition)] = max(self._next.get((topic, partition), 0), offset)
@@ -305,7 +305,7 @@ class ProjectionFollower:
         self._next[(topic, record.partition)] = record.offset + 1
 
     async def _follow(self, topic: str, start: dict[int, int]) -> None:
-        async for stored in self.store.read(topic, start=start, follow=True):
+        async for stored in self.store.read(topic, start=start, follow=True, raw=True):
             async with self._changed:
                 self._apply(topic, stored)
                 self._changed.notify_all()

@@ -12,12 +12,14 @@ from typing import Any
 
 import click
 
+from reef.artifacts import ClaimCheck
+from reef.crypto import open_keyring
 from reef.errors import ConfigError
 from reef.eventstore import EventStore
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.releases import ContentStore, open_store
-from reef.topics import ALL_TOPICS
+from reef.topics import LOG_TOPICS
 
 
 @click.command("trainer")
@@ -53,10 +55,13 @@ def trainer(
 
     async def run() -> None:
         async with running(open_log(settings, client_id="reef-trainer")) as log:
-            await log.ensure_topics(list(ALL_TOPICS))
+            await log.ensure_topics(list(LOG_TOPICS))
+            claims = ClaimCheck(content.store, settings.claim_check_bytes)
+            keys = open_keyring(log)  # opens sealed samples; erased ones are skipped
+            await keys.start()
             worker = build_trainer(
                 settings,
-                EventStore(log),
+                EventStore(log, claims=claims, keys=keys),
                 content,
                 config_file=config_file,
                 partitions=owned or None,
@@ -74,6 +79,7 @@ def trainer(
                 click.echo("reef trainer: stopped", err=True)
             finally:
                 reporter.cancel()
+                await keys.close()
 
     try:
         asyncio.run(run())

@@ -190,6 +190,12 @@ class Trainer:
             if event.event_id in view.consumed:
                 self.progress.skip(event.event_id, event.scenario, "already_consumed")
             return
+        stored = await self.store.open(stored)  # sealed trajectories opened
+        if stored.erased or not isinstance(stored.event, SampleJoined):
+            # a record of it was erased (its content is gone), or it does not open
+            self._skip(event.event_id, event.scenario, "erased", stored.error or "")
+            return
+        event = stored.event
         try:
             sample = await asyncio.to_thread(
                 sample_from_event,

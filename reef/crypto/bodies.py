@@ -52,6 +52,8 @@ def open_exchange(
 ) -> InferenceRecorded:
     """The readable view of a sealed event: plaintext ``request_json``/``response_json``.
 
+    A claim-checked body is fetched and opened; without a fetcher it stays a reference
+    (``request_ref``), as claim-checked bodies do for readers without an artifact store.
     Raises SealError (a wrong key or a tampered blob) or the fetcher's error.
     """
     if not event.sealed:
@@ -60,12 +62,15 @@ def open_exchange(
     def opened(blob: bytes | None, ref: str | None, part: str) -> str | None:
         if ref is not None:
             if fetch is None:
-                raise LookupError(f"{event.event_id}: claim-checked {part} and no fetcher")
+                return None
             blob = fetch(ref)
         if blob is None:
             return None
         aad = body_aad(event.scenario, event.event_id, part)
         return open_sealed(key, blob, aad).decode("utf-8")
+
+    def kept(ref: str | None) -> str | None:
+        return ref if fetch is None else None
 
     return replace(
         event,
@@ -73,8 +78,8 @@ def open_exchange(
         response_json=opened(event.response_sealed, event.response_ref, RESPONSE),
         request_sealed=None,
         response_sealed=None,
-        request_ref=None,
-        response_ref=None,
+        request_ref=kept(event.request_ref),
+        response_ref=kept(event.response_ref),
     )
 
 
@@ -147,6 +152,8 @@ def open_trajectory(
         for part in (REQUEST, RESPONSE):
             value = turn.get(part)
             if isinstance(value, dict) and is_sealed_copy(value):
+                if "sealed_claim" in value and fetch is None:
+                    continue  # stays a reference, like a plain claim-checked body
                 opened[part] = _loads(_open_copy(value, key, scenario, receipt, part, fetch))
         out.append(opened)
     return out, complete

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from reef.errors import UnknownTopicError
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
 from reef.topics import KEYS
@@ -92,9 +93,16 @@ class FollowingKeyRing:
         self._next: dict[int, int] = {}
         self._moved = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._absent = False
 
     async def start(self) -> None:
-        ends = await self.log.end_offsets(KEYS)
+        try:
+            ends = await self.log.end_offsets(KEYS)
+        except UnknownTopicError:
+            # a deployment from before erasure existed: nothing was ever sealed
+            logger.warning("no %s topic: sealed records (if any) read as erased", KEYS)
+            self._absent = True
+            return
         async for record in self.log.read(KEYS, until=ends):
             self._apply(record.key, record.value, record.partition, record.offset)
         self._next = {p: max(self._next.get(p, 0), o) for p, o in ends.items()}
@@ -113,6 +121,8 @@ class FollowingKeyRing:
 
     async def get_many(self, record_ids: Iterable[str]) -> dict[str, bytes]:
         wanted = list(record_ids)
+        if self._absent:
+            return {}
         if any(r not in self._keys for r in wanted):
             await self.sync()
         return {r: self._keys[r] for r in wanted if r in self._keys}

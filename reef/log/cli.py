@@ -14,11 +14,11 @@ import click
 
 from reef.artifacts import ClaimCheck
 from reef.errors import ConfigError
-from reef.eventstore import EventStore, StoredEvent
+from reef.eventstore import StoredEvent, readable_store
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.releases import open_store
-from reef.topics import ALL_TOPICS
+from reef.topics import ALL_TOPICS, LOG_TOPICS
 
 
 @click.group("topics")
@@ -34,8 +34,8 @@ def topics_create(config_file: Path | None, **flags: Any) -> None:
 
     async def run() -> None:
         async with running(open_log(settings)) as log:
-            await log.ensure_topics(list(ALL_TOPICS))
-        click.echo(f"topics ready on {settings.log} log: {', '.join(ALL_TOPICS)}")
+            await log.ensure_topics(list(LOG_TOPICS))
+        click.echo(f"topics ready on {settings.log} log: {', '.join(LOG_TOPICS)}")
 
     asyncio.run(run())
 
@@ -68,11 +68,15 @@ def tail(
 
     async def run() -> None:
         async with running(open_log(settings, client_id="reef-log-tail")) as log:
-            # claim-checked bodies are shown in full, fetched from the artifact store
-            store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
-            start = None if from_beginning else await log.end_offsets(topic)
-            async for stored in store.read(topic, start=start, follow=follow, scenario=scenario):
-                click.echo(json.dumps(tail_line(stored)))
+            # claim-checked bodies are shown in full, fetched from the artifact store;
+            # sealed ones opened with their data key (an erased record shows no content)
+            claims = ClaimCheck(artifacts, settings.claim_check_bytes)
+            async with readable_store(log, claims) as store:
+                start = None if from_beginning else await log.end_offsets(topic)
+                async for stored in store.read(
+                    topic, start=start, follow=follow, scenario=scenario
+                ):
+                    click.echo(json.dumps(tail_line(stored)))
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
@@ -92,5 +96,15 @@ def tail_line(stored: StoredEvent) -> dict[str, Any]:
         return line
     body = asdict(stored.event)
     line["type"] = stored.event.type_name()
-    line["event"] = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in body.items()}
+    if stored.erased:
+        line["erased"] = True
+    line["event"] = {k: _plain(v) for k, v in body.items()}
     return line
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):  # a sealed body shown without its key: hex, never text
+        return value.hex()
+    return value

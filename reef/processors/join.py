@@ -17,6 +17,12 @@ Event time, not wall time, drives expiry so that replay reproduces every decisio
 Bodies that were claim-checked stay references (``{"claim": "sha256:<oid>"}``) in the
 state and in samples, so no state or sample record grows with a body; trainers resolve
 them with :class:`reef.artifacts.ClaimCheck` (session merging skips such records).
+
+Sealed bodies (:mod:`reef.crypto`) are carried as the sealed blobs themselves
+(``{"sealed": ...}`` / ``{"sealed_claim": ...}``): the join never holds a key, so its
+decisions do not depend on which keys still exist and replay stays exact after an
+erasure. A RecordErased drops the record from the state; a later report quoting it is
+rejected as ``erased``. Session merging needs the text, so it skips sealed records too.
 """
 
 from __future__ import annotations
@@ -27,7 +33,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reef import topics
-from reef.events import Event, InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
+from reef.crypto.bodies import sealed_copy
+from reef.events import (
+    Event,
+    InferenceRecorded,
+    RecordErased,
+    ReportRejected,
+    ReportSubmitted,
+    SampleJoined,
+)
 from reef.ids import derived_id, scenario_tag
 from reef.processors import conversation
 from reef.processors.state import KeyValueState
@@ -61,7 +75,18 @@ class JoinProcessor:
         if isinstance(event, ReportSubmitted):
             outputs = self._expire(state, event.scenario, event.occurred_at)
             return outputs + self._reported(state, event)
+        if isinstance(event, RecordErased):
+            outputs = self._expire(state, event.scenario, event.occurred_at)
+            self._erased(state, event)
+            return outputs
         return []
+
+    def _erased(self, state: KeyValueState, event: RecordErased) -> None:
+        """Forget the record (its sealed bodies) and remember that it was erased."""
+        if not event.record_id.startswith(scenario_tag(event.scenario)):
+            return  # not this scenario's record: nothing to do here
+        state.delete(f"rec/{event.record_id}")
+        state.set(f"erased/{event.record_id}", True)
 
     # -- exchanges ---------------------------------------------------------------------
 
@@ -69,8 +94,14 @@ class JoinProcessor:
         key = f"rec/{event.event_id}"
         if not event.complete or state.get(key) is not None:
             return []
-        request = _body(event.request_json, event.request_ref)
-        response = _body(event.response_json, event.response_ref)
+        if state.get(f"erased/{event.event_id}") is not None:
+            return []  # a redelivered record that was erased meanwhile
+        if event.sealed:
+            request = sealed_copy(event.request_sealed, event.request_ref)
+            response = sealed_copy(event.response_sealed, event.response_ref)
+        else:
+            request = _body(event.request_json, event.request_ref)
+            response = _body(event.response_json, event.response_ref)
         record: dict[str, Any] = {
             "scenario": event.scenario,
             # the release whose weights answered (when the engine said so), else the head
@@ -82,7 +113,7 @@ class JoinProcessor:
             "response": response,
             "parent": None,
         }
-        if self.settings.merge_sessions:
+        if self.settings.merge_sessions and not event.sealed:
             record["parent"] = self._link_session(
                 state, event.scenario, request, response, event.event_id
             )
@@ -175,6 +206,8 @@ class JoinProcessor:
             return "foreign_reference"
         if len(set(refs)) != len(refs):
             return "duplicate_reference"
+        if any(state.get(f"erased/{r}") is not None for r in refs):
+            return "erased"
         if any(state.get(f"consumed/{r}") is not None for r in refs):
             return "already_consumed"
         return None

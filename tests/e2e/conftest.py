@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from reef.events import Event, InferenceRecorded
-from reef.eventstore import EventStore
+from reef.eventstore import readable_store
 from reef.log.base import EventLog
 from reef.topics import ALL_TOPICS, INFERENCE, REPORTS, SCENARIOS
 from tests.support.servers import (
@@ -200,13 +200,13 @@ class ReefServer:
         async def read() -> list[Event]:
             log = self.open_log()
             try:
-                store = EventStore(log)
-                found = []
-                start = self.start_offsets.get(topic)
-                async for stored in store.read(topic, start=start, scenario=scenario):
-                    assert stored.event is not None, f"undecodable record: {stored.error}"
-                    found.append(stored.event)
-                return found
+                async with readable_store(log) as store:  # sealed bodies opened
+                    found = []
+                    start = self.start_offsets.get(topic)
+                    async for stored in store.read(topic, start=start, scenario=scenario):
+                        assert stored.event is not None, f"undecodable record: {stored.error}"
+                        found.append(stored.event)
+                    return found
             finally:
                 await log.close()
 

@@ -37,6 +37,7 @@ import pytest
 
 from reef import topics
 from reef.artifacts import (
+    ClaimCheck,
     LocalArtifactStore,
     Manifest,
     ManifestEntry,
@@ -45,7 +46,7 @@ from reef.artifacts import (
 )
 from reef.codec import EventCodec
 from reef.events import InferenceRecorded, ReleaseProposed, utc_now
-from reef.eventstore import EventStore
+from reef.eventstore import EventStore, readable_store
 from reef.ids import release_id as chain_release_id
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
@@ -831,10 +832,25 @@ def test_large_prompt_is_claim_checked_and_read_back_in_full(embedded: Deploymen
         assert time.monotonic() < deadline, "the exchange was not recorded"
         time.sleep(0.1)
     (raw,) = events
-    assert raw.request_json is None
+    assert raw.request_json is None and raw.sealed
     assert raw.request_ref is not None and raw.request_ref.startswith("sha256:")
+    # the store holds the sealed body (under the record's data key), not the text
     stored = embedded.content.store.get_bytes(raw.request_ref.removeprefix("sha256:"))
-    assert json.loads(stored)["messages"][0]["content"] == prompt
+    assert prompt[:200].encode() not in stored
+
+    async def opened() -> InferenceRecorded:
+        log = EmbeddedLog(embedded.state_dir / "log.sqlite3")
+        claims = ClaimCheck(embedded.content.store, 1024)
+        try:
+            async with readable_store(log, claims) as store:
+                found = [s.event async for s in store.read(topics.INFERENCE)]
+        finally:
+            await log.close()
+        (event,) = [e for e in found if e is not None and e.event_id == record_id]
+        assert isinstance(event, InferenceRecorded)
+        return event
+
+    assert json.loads(_run(opened()).request_json or "")["messages"][0]["content"] == prompt
     # no record of any topic holds the body (processor state may: it is not the log)
     assert prompt[:200].encode() not in _run(raw_log_values(embedded.state_dir))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from reef.events import InferenceRecorded
-from reef.eventstore import EventStore
+from reef.eventstore import readable_store
 from reef.log.embedded import EmbeddedLog
 from reef.topics import INFERENCE
 from tests.support.servers import running_reef
@@ -19,8 +19,9 @@ async def recorded(state_dir: Path) -> list[InferenceRecorded]:
     log = EmbeddedLog(state_dir / "log.sqlite3")
     await log.start()
     try:
-        return [s.event async for s in EventStore(log).read(INFERENCE)
-                if isinstance(s.event, InferenceRecorded)]
+        async with readable_store(log) as store:  # sealed bodies opened
+            return [s.event async for s in store.read(INFERENCE)
+                    if isinstance(s.event, InferenceRecorded)]
     finally:
         await log.close()
 

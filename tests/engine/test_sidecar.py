@@ -55,7 +55,7 @@ from reef.events import (
     ReleaseRejected,
     utc_now,
 )
-from reef.eventstore import EventStore
+from reef.eventstore import EventStore, readable_store
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
 from reef.releases import ContentStore
@@ -162,9 +162,10 @@ def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
         log = _log(state_dir)
         try:
             found = []
-            async for stored in EventStore(log).read(topic, scenario=scenario):
-                assert stored.event is not None, f"undecodable record: {stored.error}"
-                found.append(stored.event)
+            async with readable_store(log) as store:  # sealed bodies opened
+                async for stored in store.read(topic, scenario=scenario):
+                    assert stored.event is not None, f"undecodable record: {stored.error}"
+                    found.append(stored.event)
             return found
         finally:
             await log.close()
