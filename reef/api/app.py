@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef import __version__
-from reef.api import errors, inference, releases, reports, scenarios, system
+from reef.api import errors, inference, openapi, releases, reports, scenarios, system
 from reef.api.auth import registry_from
 from reef.api.context import AppContext, watch_processor_lag
 from reef.api.metrics import Metrics
@@ -28,7 +28,6 @@ from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
-from reef.crypto import open_keyring
 from reef.engine.engine_client import AsyncEngineClient
 from reef.eventstore import EventStore
 from reef.local_engine import local_engine
@@ -39,7 +38,7 @@ from reef.projection import ProjectionFollower
 from reef.releases import ContentStore, open_store
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
-from reef.topics import LOG_TOPICS
+from reef.topics import ALL_TOPICS
 from trainers.runner import in_process_trainer
 
 logger = logging.getLogger(__name__)
@@ -67,17 +66,11 @@ def create_app(settings: Settings) -> FastAPI:
         async with contextlib.AsyncExitStack() as stack:
             log = open_log(settings, client_id=f"reef-api-{producer}")
             await stack.enter_async_context(running(log))
-            await log.ensure_topics(list(LOG_TOPICS))
+            await log.ensure_topics(list(ALL_TOPICS))
             artifacts = open_store(settings)
             content = ContentStore(artifacts)
             seed = await _publish_seed(settings, content)
-            # exchanges are sealed under per-record data keys (erasure destroys the key)
-            keys = open_keyring(log)
-            await keys.start()
-            stack.push_async_callback(keys.close)
-            store = EventStore(
-                log, claims=ClaimCheck(artifacts, settings.claim_check_bytes), keys=keys
-            )
+            store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
             projection = ProjectionFollower(store)
             await projection.start()
             stack.push_async_callback(projection.close)
@@ -129,6 +122,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics
     app.add_middleware(_Instrumented, metrics=metrics)
     errors.install(app)
+    app.openapi = openapi.finish(app)  # type: ignore[method-assign]
     for module in (system, inference, reports, scenarios, releases):
         app.include_router(module.router)
     return app

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+import re
+from typing import Any, Final
 
 from fastapi import Request
 
@@ -28,15 +30,71 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+#: deepest nesting of arrays/objects accepted; deeper bodies could not be parsed, stored
+#: and answered back within Python's recursion limit everywhere they travel
+MAX_DEPTH: Final = 256
+#: a ``\uD800``-``\uDFFF`` escape: a surrogate, which must come in a valid pair
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_object(body: bytes) -> dict[str, Any]:
-    """A JSON object, or 400 saying what is wrong."""
+    """A JSON object (RFC 8259: UTF-8, finite numbers, text), or 400 saying what is wrong.
+
+    Python's parser is laxer than JSON: it takes UTF-16/32 bodies, NaN and Infinity,
+    numbers that overflow to infinity and unpaired surrogate escapes, and it recurses
+    per nesting level. Such bodies are refused here, before anything is recorded:
+    none of them can be written to the log and read back as JSON.
+    """
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(400, "invalid_json", f"request body is not valid JSON: {exc}") from exc
+        value = json.loads(
+            body.decode("utf-8"), parse_constant=_not_json, parse_float=_finite_float
+        )
+    except RecursionError as exc:
+        raise _invalid(f"nested deeper than {MAX_DEPTH} levels") from exc
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise _invalid(str(exc)) from exc
     if not isinstance(value, dict):
         raise RequestError(400, "invalid_json", "request body must be a JSON object")
+    surrogates = _SURROGATE_ESCAPE.search(body) is not None
+    if surrogates or body.count(b"[") + body.count(b"{") > MAX_DEPTH:
+        _check_tree(value, surrogates=surrogates)
     return value
+
+
+def _invalid(why: str) -> RequestError:
+    return RequestError(400, "invalid_json", f"request body is not valid JSON: {why}")
+
+
+def _not_json(literal: str) -> Any:
+    raise ValueError(f"{literal} is not a JSON value")
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError(f"number {literal[:20]} is out of range")
+    return number
+
+
+def _check_tree(value: Any, *, surrogates: bool) -> None:
+    """Depth (iteratively) and, when escapes hint at them, unpaired surrogates."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: list[Any] = [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            children = item
+        else:
+            if surrogates and isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise _invalid("unpaired surrogate escape in a string") from exc
+            continue
+        if depth > MAX_DEPTH:
+            raise _invalid(f"nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def scenario_header(request: Request) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from reef.api import registry
+from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body, scenario_header
 from reef.artifacts import ArtifactError, missing_objects
@@ -37,7 +37,11 @@ def _release(view: ScenarioView, release_id: str) -> ReleaseView:
     raise RequestError(404, "unknown_release", f"no release {release_id!r} in {view.name!r}")
 
 
-@router.post("/reef/scenarios/{scenario}/rollback")
+@router.post(
+    "/reef/scenarios/{scenario}/rollback",
+    responses=openapi.errors(400, 401, 403, 404, 409, 413, 503),
+    openapi_extra=openapi.declare(body=openapi.RELEASE_BODY),
+)
 async def rollback(scenario: str, request: Request) -> JSONResponse:
     """Serve an earlier release's content again, as a new release on top of the head.
 
@@ -47,7 +51,11 @@ async def rollback(scenario: str, request: Request) -> JSONResponse:
     return await _republish(request, scenario, "rollback")
 
 
-@router.post("/reef/scenarios/{scenario}/promote")
+@router.post(
+    "/reef/scenarios/{scenario}/promote",
+    responses=openapi.errors(400, 401, 403, 404, 409, 413, 503),
+    openapi_extra=openapi.declare(body=openapi.RELEASE_BODY),
+)
 async def promote(scenario: str, request: Request) -> JSONResponse:
     """Serve a pending (review-held) release, as a new release on top of the head.
 
@@ -113,7 +121,11 @@ async def _require_restorable(ctx: AppContext, release: ReleaseView) -> None:
         raise RequestError(409, "not_restorable", f"{len(missing)} artifact object(s) missing")
 
 
-@router.get("/reef/harness")
+@router.get(
+    "/reef/harness",
+    responses=openapi.errors(400, 401, 403, 404, 503),
+    openapi_extra=openapi.declare(scenario_header=True),
+)
 async def harness(request: Request, release_id: str | None = None) -> JSONResponse:
     """The files of the current (or a pinned) release of a harness scenario.
 
@@ -149,19 +161,28 @@ def _scenario_oids(ctx: AppContext, view: ScenarioView) -> set[str]:
     return oids
 
 
-@router.post("/reef/lfs/{scenario}/objects/batch")
+@router.post(
+    "/reef/lfs/{scenario}/objects/batch",
+    responses=openapi.lfs_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=openapi.declare(body=openapi.LFS_BATCH_BODY),
+)
 async def lfs_batch(scenario: str, request: Request) -> JSONResponse:
     """Git LFS batch API (basic transfer, download only) for a scenario's release files."""
     ctx = context_of(request)
     ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
     view = registry.find(ctx, scenario)
-    body = await read_body(request, ctx.settings.max_body_bytes)
+    try:  # one JSON reading for every route (UTF-8, depth, finite numbers)
+        batch = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+    except RequestError as exc:
+        if exc.status != 400:
+            raise
+        return JSONResponse({"message": exc.message}, status_code=422, media_type=LFS_MEDIA_TYPE)
     base = f"{str(request.base_url).rstrip('/')}/reef/lfs/{scenario}/objects"
     href = href_for_store(ctx.content.store, base)
 
     def answer() -> dict[str, Any]:
         allowed = _scenario_oids(ctx, view)
-        response = lfs_batch_response(ctx.content.store, body, href)
+        response = lfs_batch_response(ctx.content.store, batch, href)
         for item in response["objects"]:
             if item.get("oid") not in allowed and "actions" in item:
                 item.pop("actions")
@@ -183,7 +204,7 @@ async def lfs_batch(scenario: str, request: Request) -> JSONResponse:
     return JSONResponse(response, media_type=LFS_MEDIA_TYPE)
 
 
-@router.get("/reef/lfs/{scenario}/objects/{oid}")
+@router.get("/reef/lfs/{scenario}/objects/{oid}", responses=openapi.errors(400, 401, 403, 404, 503))
 async def lfs_object(scenario: str, oid: str, request: Request) -> StreamingResponse:
     """One object of a scenario's releases, streamed and sha256-verified."""
     ctx = context_of(request)

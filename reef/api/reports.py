@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from reef.api import registry
+from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
 from reef.api.inputs import parse_object, read_body, scenario_header
 from reef.api.ratelimit import ReportLimiter
@@ -44,7 +44,7 @@ class ReportInput:
 
 def validate_report(body: dict[str, Any]) -> ReportInput:
     score = body.get("score")
-    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+    if isinstance(score, bool) or not isinstance(score, int | float) or not _finite(score):
         raise RequestError(400, "invalid_score", "score must be a finite number (not a boolean)")
     feedback = body.get("feedback", "")
     if not isinstance(feedback, str | dict):
@@ -70,6 +70,14 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
         references=list(references),
         metadata=metadata,
     )
+
+
+def _finite(number: int | float) -> bool:
+    """A finite double (an integer too large for one overflows, it is not an error)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 class ReportDesk:
@@ -116,7 +124,11 @@ class ReportDesk:
         await ctx.projection.wait_for(position)
 
 
-@router.post("/reef/report")
+@router.post(
+    "/reef/report",
+    responses=openapi.errors(400, 401, 403, 404, 409, 413, 429, 503),
+    openapi_extra=openapi.declare(body=openapi.REPORT_BODY, scenario_header=True),
+)
 async def submit_report(request: Request) -> JSONResponse:
     """Record feedback on receipts; 200 once it is durably in the log.
 
@@ -145,7 +157,11 @@ async def submit_report(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/reef/reports/{report_id}")
+@router.get(
+    "/reef/reports/{report_id}",
+    responses=openapi.errors(400, 401, 403, 404),
+    openapi_extra=openapi.declare(scenario_header=True),
+)
 async def report_status(report_id: str, request: Request) -> JSONResponse:
     """A report's fate: pending until the join decides, then accepted or rejected (reason).
 

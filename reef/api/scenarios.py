@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from reef import topics
-from reef.api import registry
+from reef.api import openapi, registry
 from reef.api.context import context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.errors import RequestError
@@ -22,7 +22,7 @@ router = APIRouter()
 NO_STORE = {"cache-control": "no-store"}
 
 
-@router.get("/reef/scenarios")
+@router.get("/reef/scenarios", responses=openapi.errors(401, 403))
 async def list_scenarios(request: Request) -> JSONResponse:
     """Every scenario with its recipe and head release.
 
@@ -34,7 +34,14 @@ async def list_scenarios(request: Request) -> JSONResponse:
     return JSONResponse({"scenarios": [v.as_json() for v in views if principal.may_use(v.name)]})
 
 
-@router.post("/reef/scenarios")
+@router.post(
+    "/reef/scenarios",
+    responses={
+        201: {"description": "Created"},
+        **openapi.errors(400, 401, 403, 404, 409, 413, 503),
+    },
+    openapi_extra=openapi.declare(body=openapi.CREATE_SCENARIO_BODY),
+)
 async def create_scenario(request: Request) -> JSONResponse:
     """Create a scenario bound to this deployment's recipe: 201 created, 200 existed.
 
@@ -61,7 +68,7 @@ async def create_scenario(request: Request) -> JSONResponse:
     return JSONResponse(view.as_json(), status_code=201 if created else 200)
 
 
-@router.get("/reef/scenarios/{scenario}/releases")
+@router.get("/reef/scenarios/{scenario}/releases", responses=openapi.errors(400, 401, 403, 404))
 async def list_releases(scenario: str, request: Request) -> JSONResponse:
     """The scenario's release chain, newest first.
 
@@ -75,7 +82,7 @@ async def list_releases(scenario: str, request: Request) -> JSONResponse:
     return JSONResponse({"scenario": view.name, "releases": releases})
 
 
-@router.get("/reef/scenarios/{scenario}/records")
+@router.get("/reef/scenarios/{scenario}/records", responses=openapi.errors(400, 401, 403, 404, 503))
 async def list_records(
     scenario: str,
     request: Request,
@@ -119,7 +126,10 @@ async def list_records(
     )
 
 
-@router.get("/reef/scenarios/{scenario}/records/{record_id}")
+@router.get(
+    "/reef/scenarios/{scenario}/records/{record_id}",
+    responses=openapi.errors(400, 401, 403, 404, 503),
+)
 async def get_record(scenario: str, record_id: str, request: Request) -> JSONResponse:
     """One record (an exchange or a report) by id.
 

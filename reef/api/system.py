@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from reef.api import openapi
 from reef.api.context import AppContext, context_of, processor_group, processor_lag
 
 router = APIRouter()
@@ -32,7 +33,7 @@ async def metrics(request: Request) -> Response:
     return exposition
 
 
-@router.get("/reef/status")
+@router.get("/reef/status", responses=openapi.errors(401, 403, 503))
 async def status(request: Request) -> JSONResponse:
     """Per-scenario heads and engines, processor lag, samples pending, this replica's state.
 

@@ -1,0 +1,44 @@
+"""Fuzzing fixtures: one ``reef serve`` (embedded log) behind the scripted upstream.
+
+The embedded log is enough here: fuzzing exercises the HTTP edge (parsing, validation,
+error mapping), which is the same code on both logs; the Kafka-specific paths are the
+fault suite's subject. The server uses a small body limit so bodies "near the limit"
+are cheap to generate, and a short upstream read timeout so nothing can hang for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import (  # noqa: F401  (fixtures re-used by this package)
+    ReefServer,
+    _servers_stay_up,
+    launch,
+    upstream,
+)
+from tests.support.servers import UpstreamProcess
+
+MAX_BODY = 16 * 1024
+UPSTREAM_READ_TIMEOUT_S = 20.0
+#: a request that takes longer than this is a hang (the server answers in milliseconds)
+REQUEST_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="session")
+def fuzz_server(
+    upstream: UpstreamProcess,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ReefServer]:
+    server = launch(
+        "embedded",
+        upstream=upstream,
+        state_dir=tmp_path_factory.mktemp("fuzz-state"),
+        args=["--max-body-bytes", str(MAX_BODY)],
+        env={"REEF_UPSTREAM_READ_TIMEOUT_S": str(UPSTREAM_READ_TIMEOUT_S)},
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
