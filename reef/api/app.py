@@ -28,6 +28,7 @@ from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
+from reef.crypto import open_keyring
 from reef.engine.engine_client import AsyncEngineClient
 from reef.eventstore import EventStore
 from reef.local_engine import local_engine
@@ -38,7 +39,7 @@ from reef.projection import ProjectionFollower
 from reef.releases import ContentStore, open_store
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
-from reef.topics import ALL_TOPICS
+from reef.topics import LOG_TOPICS
 from trainers.runner import in_process_trainer
 
 logger = logging.getLogger(__name__)
@@ -66,11 +67,17 @@ def create_app(settings: Settings) -> FastAPI:
         async with contextlib.AsyncExitStack() as stack:
             log = open_log(settings, client_id=f"reef-api-{producer}")
             await stack.enter_async_context(running(log))
-            await log.ensure_topics(list(ALL_TOPICS))
+            await log.ensure_topics(list(LOG_TOPICS))
             artifacts = open_store(settings)
             content = ContentStore(artifacts)
             seed = await _publish_seed(settings, content)
-            store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes))
+            # exchanges are sealed under per-record data keys (erasure destroys the key)
+            keys = open_keyring(log)
+            await keys.start()
+            stack.push_async_callback(keys.close)
+            store = EventStore(
+                log, claims=ClaimCheck(artifacts, settings.claim_check_bytes), keys=keys
+            )
             projection = ProjectionFollower(store)
             await projection.start()
             stack.push_async_callback(projection.close)
