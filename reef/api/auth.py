@@ -1,4 +1,35 @@
-"""Bearer tokens with scopes, kept only as SHA-256 digests and compared in constant time."""
+"""Bearer tokens with scopes, kept only as SHA-256 digests and compared in constant time.
+
+Authorisation matrix (docs/security.md "Authorisation"; tested route by route, with every
+wrong credential, by tests/e2e/test_authorization_matrix.py, which fails on a route that
+is missing from its table):
+
+- public, no token: ``GET /healthz``, ``/openapi.json``, ``/docs``,
+  ``/docs/oauth2-redirect``, ``/redoc``.
+- ``inference``, scenario from ``x-reef-scenario``: ``POST /v1/chat/completions``,
+  ``/v1/responses``, ``/v1/messages``, ``/v1/messages/count_tokens``; ``GET /v1/models``
+  (no scenario: the upstream's list, no Reef data).
+- ``report``, ``x-reef-scenario``: ``POST /reef/report``.
+- ``report`` or ``read``, ``x-reef-scenario``: ``GET /reef/reports/{id}``.
+- ``read``, scenario from the path or ``x-reef-scenario``:
+  ``GET /reef/scenarios/{s}/releases``, ``/records``, ``/records/{id}``,
+  ``GET /reef/harness``, ``GET /reef/lfs/{s}/objects/{oid}``,
+  ``POST /reef/lfs/{s}/objects/batch`` (download only, for every token).
+- ``read``, listing filtered by the allow-list: ``GET /reef/scenarios``,
+  ``GET /reef/status`` (a bound token sees no deployment-wide figures).
+- ``read``, tokens without an allow-list only: ``GET /metrics`` (spans all scenarios).
+- ``admin``, scenario from the path or body: ``POST /reef/scenarios``,
+  ``POST /reef/scenarios/{s}/rollback``, ``/promote``,
+  ``DELETE /reef/scenarios/{s}/records/{id}`` (erasure).
+
+Scopes are independent (``admin`` does not imply ``read``): a token gets exactly what it
+lists; ``REEF_TOKEN`` and a ``REEF_TOKENS`` entry without ``:`` get all four. A scenario
+allow-list (``tok:scopes@glob|glob``) is checked after the scope, before the scenario is
+looked up, so a restricted token learns nothing about whether another scenario exists
+(403 ``scenario_forbidden`` either way). Order of answers: 401 (no or unknown token),
+403 ``insufficient_scope``, 400 (malformed scenario name), 403 ``scenario_forbidden``,
+then the route's own checks. A rejected request never writes to the log.
+"""
 
 from __future__ import annotations
 
@@ -24,13 +55,27 @@ class Principal:
     scopes: frozenset[Scope]
     scenarios: tuple[str, ...] = ("*",)
 
-    def require(self, scope: Scope) -> None:
-        if scope not in self.scopes:
-            raise RequestError(403, "insufficient_scope", f"this token lacks the {scope!r} scope")
+    @property
+    def unrestricted(self) -> bool:
+        """True when the token may use every scenario (no allow-list, or ``*`` in it)."""
+        return "*" in self.scenarios
+
+    def require(self, *scopes: Scope) -> None:
+        """The token must hold at least one of ``scopes``."""
+        if self.scopes.isdisjoint(scopes):
+            wanted = " or ".join(repr(s) for s in scopes)
+            raise RequestError(403, "insufficient_scope", f"this token lacks the {wanted} scope")
 
     def require_scenario(self, scenario: str) -> None:
         if not self.may_use(scenario):
             raise RequestError(403, "scenario_forbidden", f"this token may not use {scenario!r}")
+
+    def require_unrestricted(self) -> None:
+        """For deployment-wide figures (``/metrics``): no scenario allow-list may apply."""
+        if not self.unrestricted:
+            raise RequestError(
+                403, "scenario_forbidden", "this token is bound to scenarios; this route spans all"
+            )
 
     def may_use(self, scenario: str) -> bool:
         return any(fnmatch.fnmatchcase(scenario, pattern) for pattern in self.scenarios)

@@ -169,7 +169,7 @@ async def report_status(report_id: str, request: Request) -> JSONResponse:
       http://127.0.0.1:8900/reef/reports/<id>
     """
     ctx = context_of(request)
-    principal = ctx.authenticate(request, "read")
+    principal = ctx.authenticate(request, "report", "read")  # a reporter may follow its fate
     scenario = scenario_header(request)
     principal.require_scenario(scenario)
     seen = ctx.projection.state.reports.get((scenario, report_id))

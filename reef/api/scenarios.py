@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from reef import topics
 from reef.api import openapi, registry
-from reef.api.context import context_of
+from reef.api.auth import Principal
+from reef.api.context import authorised, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.errors import RequestError
 from reef.events import InferenceRecorded, ReportSubmitted
@@ -86,6 +87,7 @@ async def list_releases(scenario: str, request: Request) -> JSONResponse:
 async def list_records(
     scenario: str,
     request: Request,
+    principal: Annotated[Principal, Depends(authorised("read"))],  # 401/403 before 400
     after: str = Query("-1.-1", pattern=r"^-?\d{1,18}(\.-?\d{1,18})?$"),
     limit: int = Query(50, ge=1, le=500),
 ) -> JSONResponse:
@@ -99,7 +101,7 @@ async def list_records(
       "http://127.0.0.1:8900/reef/scenarios/demo/records?after=-1.-1&limit=50"
     """
     ctx = context_of(request)
-    ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
+    principal.require_scenario(checked_scenario(scenario))
     registry.find(ctx, scenario)
     seen_inference, _, seen_reports = after.partition(".")
     cursor = {topics.INFERENCE: int(seen_inference), topics.REPORTS: int(seen_reports or -1)}

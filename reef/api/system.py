@@ -24,11 +24,12 @@ async def healthz() -> JSONResponse:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition (read scope).
+    """Prometheus text exposition (read scope, a token not bound to scenarios: the
+    figures span every scenario).
 
     curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/metrics
     """
-    context_of(request).authenticate(request, "read")
+    context_of(request).authenticate(request, "read").require_unrestricted()
     exposition: Response = request.app.state.metrics.exposition()
     return exposition
 
@@ -36,6 +37,9 @@ async def metrics(request: Request) -> Response:
 @router.get("/reef/status", responses=openapi.errors(401, 403, 503))
 async def status(request: Request) -> JSONResponse:
     """Per-scenario heads and engines, processor lag, samples pending, this replica's state.
+
+    A token bound to scenarios sees only those scenarios, and none of the figures that
+    span the whole deployment (processors, samples pending, trainer, projection digest).
 
     curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/reef/status
     """
@@ -56,6 +60,15 @@ async def status(request: Request) -> JSONResponse:
         for name, view in sorted(state.scenarios.items())
         if principal.may_use(name)
     }
+    if not principal.unrestricted:
+        return JSONResponse(
+            {
+                "producer": ctx.producer,
+                "log": ctx.settings.log,
+                "projection": {"healthy": ctx.projection.healthy()},
+                "scenarios": scenarios,
+            }
+        )
     return JSONResponse(
         {
             "producer": ctx.producer,

@@ -196,6 +196,10 @@ class JoinProcessor:
         missing = [r for r in refs if state.get(f"rec/{r}") is None]
         if missing:
             return self._park(state, report, now)
+        if any(state.get(f"rec/{r}")["scenario"] != scenario for r in refs):
+            # the tag is 32 bits of a hash: a name crafted to collide must not cross over
+            detail = "a referenced record belongs to another scenario"
+            return [self._reject(state, report, "foreign_reference", now, detail)]
         return [self._join(state, report, now)]
 
     def _invalid(self, state: KeyValueState, scenario: str, refs: list[str]) -> str | None:
