@@ -14,7 +14,7 @@ from reef.api.auth import Principal
 from reef.api.context import authorised, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.errors import RequestError
-from reef.events import InferenceRecorded, ReportSubmitted
+from reef.events import InferenceRecorded, RecordErased, ReportSubmitted
 from reef.eventstore import StoredEvent
 from reef.log.partitioner import partition_for
 
@@ -142,23 +142,88 @@ async def get_record(scenario: str, record_id: str, request: Request) -> JSONRes
     ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
     registry.find(ctx, scenario)
     for topic in (topics.INFERENCE, topics.REPORTS):
-        async for stored in _scenario_events(request, topic, scenario, 0):
+        async for stored in _scenario_events(request, topic, scenario, 0, raw=True):
             if stored.event is not None and stored.event.event_id == record_id:
-                return JSONResponse(record_json(stored), headers=NO_STORE)
+                readable = await ctx.store.open(stored)  # sealed bodies, or erased
+                return JSONResponse(record_json(readable), headers=NO_STORE)
     raise RequestError(404, "unknown_record", f"no record {record_id!r} in scenario {scenario!r}")
 
 
-async def _scenario_events(request: Request, topic: str, scenario: str, start: int):  # type: ignore[no-untyped-def]
+@router.delete(
+    "/reef/scenarios/{scenario}/records/{record_id}",
+    responses=openapi.errors(400, 401, 403, 404, 409, 503),
+)
+async def erase_record(scenario: str, record_id: str, request: Request) -> JSONResponse:
+    """Erase an exchange (admin): its content becomes unreadable everywhere.
+
+    Destroys the record's data key (a tombstone on the key topic) and appends
+    RecordErased; answers once both are durable. Erasing again answers 200 with
+    ``already_erased`` (and writes the tombstone again). A report is not erasable (409).
+
+    curl -X DELETE -H "Authorization: Bearer $REEF_TOKEN" \\
+      http://127.0.0.1:8900/reef/scenarios/demo/records/<id>
+    """
+    ctx = context_of(request)
+    principal = ctx.authenticate(request, "admin")
+    principal.require_scenario(checked_scenario(scenario))
+    registry.find(ctx, scenario)
+    record: InferenceRecorded | None = None
+    erased = False
+    async for stored in _scenario_events(request, topics.INFERENCE, scenario, 0, raw=True):
+        event = stored.event
+        if isinstance(event, InferenceRecorded) and event.event_id == record_id:
+            record = event
+        elif isinstance(event, RecordErased) and event.record_id == record_id:
+            erased = True
+    if record is None:
+        async for stored in _scenario_events(request, topics.REPORTS, scenario, 0, raw=True):
+            if stored.event is not None and stored.event.event_id == record_id:
+                raise RequestError(
+                    409, "not_erasable", "a report is not erasable; erase the exchanges it quotes"
+                )
+        raise RequestError(
+            404, "unknown_record", f"no record {record_id!r} in scenario {scenario!r}"
+        )
+    if not record.sealed:
+        raise RequestError(
+            409, "not_erasable", "recorded before bodies were sealed: its bytes cannot be erased"
+        )
+    await ctx.store.erase(
+        scenario,
+        record_id,
+        producer=ctx.producer,
+        requested_by=principal.name,
+        announce=not erased,
+    )
+    body = {"agent_record_id": record_id, "scenario": scenario, "erased": True}
+    return JSONResponse(body | {"already_erased": erased}, headers=NO_STORE)
+
+
+async def _scenario_events(  # type: ignore[no-untyped-def]
+    request: Request, topic: str, scenario: str, start: int, *, raw: bool = False
+):
+    """The scenario's events of a topic from ``start``, without erasure announcements."""
     ctx = context_of(request)
     partition = partition_for(scenario.encode(), ctx.store.log.partitions)
-    async for stored in ctx.store.read(topic, start={partition: start}, scenario=scenario):
-        if stored.record.partition == partition and stored.event is not None:
-            yield stored
+    async for stored in ctx.store.read(topic, start={partition: start}, scenario=scenario, raw=raw):
+        if stored.record.partition != partition or stored.event is None:
+            continue
+        if isinstance(stored.event, RecordErased) and not raw:
+            continue
+        yield stored
 
 
 def record_json(stored: StoredEvent) -> dict[str, Any]:
     event = stored.event
     base: dict[str, Any] = {"offset": stored.record.offset}
+    if isinstance(event, InferenceRecorded) and stored.erased:
+        # erased: that it existed stays, nothing of what it said
+        return base | {
+            "agent_record_id": event.event_id,
+            "request_type": "inference",
+            "created_at": event.occurred_at.isoformat(),
+            "erased": True,
+        }
     if isinstance(event, InferenceRecorded):
         return base | {
             "agent_record_id": event.event_id,
