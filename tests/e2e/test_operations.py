@@ -59,7 +59,7 @@ from reef.events import (
     SampleJoined,
     utc_now,
 )
-from reef.eventstore import EventStore, StoredEvent
+from reef.eventstore import EventStore, StoredEvent, readable_store
 from reef.ids import EMPTY_CONTENT_ID, new_receipt, release_id
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
@@ -124,12 +124,15 @@ class Deployment:
 
     # -- the log ---------------------------------------------------------------
 
-    def stored(self, topic: str) -> list[StoredEvent]:
+    def stored(self, topic: str, raw: bool = False) -> list[StoredEvent]:
+        """The topic's events; sealed bodies opened unless ``raw`` (as stored)."""
+
         async def read() -> list[StoredEvent]:
             log = self.new_log()
             await log.start()
             try:
-                return [s async for s in EventStore(log).read(topic)]
+                async with readable_store(log) as store:
+                    return [s async for s in store.read(topic, raw=raw)]
             finally:
                 await log.close()
 
@@ -1078,7 +1081,7 @@ def positioned(dep: Deployment) -> dict[tuple[int, int], Event]:
     """reef.samples by position (Kafka interleaves partitions arbitrarily when reading)."""
     return {
         (s.record.partition, s.record.offset): s.event
-        for s in dep.stored(topics.SAMPLES)
+        for s in dep.stored(topics.SAMPLES, raw=True)  # as the join wrote them
         if s.event is not None
     }
 

@@ -1,0 +1,407 @@
+"""Erasure: after ``DELETE /reef/scenarios/{s}/records/{id}`` no byte of the record's
+bodies can be recovered, on the embedded log and on Kafka.
+
+Each deployment serves exchanges whose request and response carry unique markers (one
+large enough to be claim-checked: ``REEF_CLAIM_CHECK_BYTES=1024``), reports on them so
+the join makes samples (one sample spans two records), captures the data keys, erases
+two records and then checks every place the content could be:
+
+* the log's raw bytes: every file of the embedded state dir (SQLite database and WAL,
+  the artifact store with the claim-checked objects, logs) — or, on Kafka, every record
+  of every topic of the deployment (Faust changelogs included) read from the beginning,
+  and the broker's segment files of the key topic once the cleaner ran;
+* the erased data keys themselves (absent everywhere: nothing can decrypt the sealed
+  copies that stay in the immutable log);
+* the records API, ``reef export`` of every topic, ``reef replay`` (whose live and
+  replayed digests still agree), ``reef audit trail`` and the joined samples.
+
+The records that were not erased stay readable everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reef import topics
+from reef.crypto import open_keyring
+from reef.events import SampleJoined
+from reef.eventstore import StoredEvent, readable_store
+from reef.log.base import EventLog
+from reef.log.embedded import EmbeddedLog
+from reef.stack import kafka as stack_kafka
+from reef.stack.paths import StackSettings
+from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
+from tests.e2e.test_releases import _delete_topics, start_streams
+from tests.support.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
+
+TIMEOUT = 60.0
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@dataclass
+class Exchange:
+    asked: str  # marker in the request only
+    answered: str  # marker the upstream answers with (so it is in the response)
+    receipt: str = ""
+    large: bool = False
+
+    @property
+    def markers(self) -> list[bytes]:
+        return [self.asked.encode(), self.answered.encode()]
+
+
+@dataclass
+class Deployment:
+    name: str
+    process: ReefProcess
+    token: str
+    scenario: str
+    log_flags: list[str]
+    new_log: Callable[[], EventLog]
+    #: Kafka: the topic prefix and the broker's data dir (for the key topic's files)
+    prefix: str = ""
+    broker_dir: Path | None = None
+    exchanges: dict[str, Exchange] = field(default_factory=dict)
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}", "x-reef-scenario": self.scenario}
+        return httpx.Client(base_url=self.process.base_url, headers=headers, timeout=TIMEOUT)
+
+    def cli(self, *args: str) -> str:
+        result = run_reef(*args, *self.log_flags, timeout=180)
+        assert result.returncode == 0, f"reef {args}:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def stored(self, topic: str) -> list[StoredEvent]:
+        async def read() -> list[StoredEvent]:
+            log = self.new_log()
+            await log.start()
+            try:
+                async with readable_store(log) as store:
+                    return [s async for s in store.read(topic, scenario=self.scenario)]
+            finally:
+                await log.close()
+
+        found: list[StoredEvent] = _run(read())
+        return found
+
+    def keys(self, receipts: list[str]) -> dict[str, bytes]:
+        async def read() -> dict[str, bytes]:
+            log = self.new_log()
+            await log.start()
+            ring = open_keyring(log)
+            await ring.start()
+            try:
+                return await ring.get_many(receipts)
+            finally:
+                await ring.close()
+                await log.close()
+
+        found: dict[str, bytes] = _run(read())
+        return found
+
+    def raw_topics(self) -> bytes:
+        """Every record (key, value, headers) of every topic of this deployment."""
+
+        async def read() -> bytes:
+            log = self.new_log()
+            await log.start()
+            chunks: list[bytes] = []
+            try:
+                names = [*topics.LOG_TOPICS]
+                if self.prefix:  # the Faust changelogs (and any other topic) of the prefix
+                    names = await _prefixed_topics(log, self.prefix)
+                for topic in names:
+                    async for record in log.read(topic):
+                        chunks += [record.key or b"", record.value]
+                        chunks += [k.encode() + v for k, v in record.headers]
+            finally:
+                await log.close()
+            return b"\n".join(chunks)
+
+        data: bytes = _run(read())
+        return data
+
+
+async def _prefixed_topics(log: EventLog, prefix: str) -> list[str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    assert hasattr(log, "bootstrap")
+    admin = AIOKafkaAdminClient(bootstrap_servers=log.bootstrap)
+    await admin.start()
+    try:
+        return [t.removeprefix(prefix) for t in await admin.list_topics() if t.startswith(prefix)]
+    finally:
+        await admin.close()
+
+
+def files_bytes(root: Path) -> bytes:
+    return b"\n".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+ENV = {"REEF_CLAIM_CHECK_BYTES": "1024", "REEF_JOIN_PARK_TIMEOUT_S": "30"}
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def deployment(
+    request: pytest.FixtureRequest,
+    upstream: UpstreamProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+    reef_stack_settings: StackSettings,
+) -> Iterator[Deployment]:
+    token = f"adm-{secrets.token_hex(8)}"
+    work = tmp_path_factory.mktemp(f"erasure-{request.param}")
+    env = {**ENV, "REEF_TOKEN": token, "REEF_UPSTREAM_API_KEY": "sk-up-erasure"}
+    scenario = unique_scenario("erase")
+    if request.param == "embedded":
+        state = work / "state"
+        flags = ["--state-dir", str(state)]
+        process = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
+        try:
+            yield Deployment(
+                "embedded",
+                process,
+                token,
+                scenario,
+                flags,
+                lambda: EmbeddedLog(state / "log.sqlite3"),
+            )
+        finally:
+            process.stop()
+        return
+    bootstrap = request.getfixturevalue("kafka_bootstrap")
+    prefix = f"t-erasure-{uuid.uuid4().hex[:10]}-"
+    kafka = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
+    state = work / "state"
+    flags = [*kafka, "--state-dir", str(state)]  # local artifacts (claim-checked bodies)
+    env["REEF_KEY_TOPIC_SEGMENT_MS"] = "1000"  # so the test sees the cleaner at work
+    created = run_reef("topics", "create", *flags, env=env)
+    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+    worker = start_streams(bootstrap, prefix, work / "streams")
+    process = None
+    try:
+        process = start_reef([*kafka, "--upstream-url", upstream.v1_url], env=env, state_dir=state)
+        worker.wait_ready()
+        from reef.log.kafka import KafkaLog
+
+        (node,) = stack_kafka.shape_for(reef_stack_settings, "single").nodes
+        yield Deployment(
+            "kafka",
+            process,
+            token,
+            scenario,
+            flags,
+            lambda: KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-e2e-erasure"),
+            prefix=prefix,
+            broker_dir=node.data_dir,
+        )
+    finally:
+        if process is not None:
+            process.stop()
+        worker.managed.stop(timeout=20)
+        _run(_delete_topics(bootstrap, prefix))
+
+
+def serve(dep: Deployment, name: str, large: bool = False) -> Exchange:
+    tag = uuid.uuid4().hex[:12]
+    exchange = Exchange(f"asked-{name}-{tag}", f"answered-{name}-{tag}", large=large)
+    text = f"question {exchange.asked}"
+    if large:
+        text += " " + f"filler {exchange.asked} " * 80
+    text += f" Return exactly: {exchange.answered}"
+    with dep.client() as client:
+        response = client.post("/v1/chat/completions", json=chat_body(text))
+    assert response.status_code == 200, response.text
+    assert exchange.answered in response.text
+    exchange.receipt = response.headers["x-reef-agent-record-id"]
+    dep.exchanges[name] = exchange
+    return exchange
+
+
+def report(dep: Deployment, *names: str) -> str:
+    refs = [dep.exchanges[n].receipt for n in names]
+    with dep.client() as client:
+        response = client.post("/reef/report", json={"score": 1.0, "references": refs})
+    assert response.status_code == 200, response.text
+    report_id: str = response.json()["agent_record_id"]
+    return report_id
+
+
+def fate(dep: Deployment, report_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with dep.client() as client:
+            response = client.get(f"/reef/reports/{report_id}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        if body["status"] != "pending":
+            return body
+        assert time.monotonic() < deadline, f"report {report_id} still pending: {body}"
+        time.sleep(0.1)
+
+
+def erase(dep: Deployment, receipt: str, scenario: str | None = None) -> httpx.Response:
+    with dep.client() as client:
+        return client.delete(f"/reef/scenarios/{scenario or dep.scenario}/records/{receipt}")
+
+
+def wait_for_cleaned_key(dep: Deployment, receipt: str, key: bytes) -> None:
+    """Kafka: erase again (each tombstone rolls the key topic's 1 s segment) until the
+    cleaner dropped the key from the topic, then check the broker's files for it."""
+    assert dep.broker_dir is not None and dep.broker_dir.is_dir(), dep.broker_dir
+    deadline = time.monotonic() + 120.0
+    while True:
+        again = erase(dep, receipt)
+        assert again.status_code == 200 and again.json()["already_erased"], again.text
+        on_topic = key in dep.raw_topics()
+        dirs = list(dep.broker_dir.glob(f"{dep.prefix}{topics.KEYS}-*"))
+        assert dirs, f"no partition directories of the key topic in {dep.broker_dir}"
+        in_files = any(key in files_bytes(d) for d in dirs)
+        if not on_topic and not in_files:
+            return
+        assert time.monotonic() < deadline, (
+            f"key of {receipt} still on the topic ({on_topic}) or in the broker's files "
+            f"({in_files}) after 120 s"
+        )
+        time.sleep(2.0)
+
+
+def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> None:
+    dep = deployment
+    erased_a = serve(dep, "a")
+    kept_b = serve(dep, "b")
+    erased_c = serve(dep, "c", large=True)  # claim-checked: its object is in the store
+    kept_d = serve(dep, "d")
+    two_records = report(dep, "a", "b")  # one sample, two records, one of them erased
+    only_c = report(dep, "c")
+    only_d = report(dep, "d")
+    for report_id in (two_records, only_c, only_d):
+        assert fate(dep, report_id)["status"] == "accepted"
+
+    receipts = [e.receipt for e in (erased_a, kept_b, erased_c, kept_d)]
+    keys = dep.keys(receipts)
+    assert set(keys) == set(receipts), "every exchange has its data key"
+    # the embedded log and the artifact store hold only sealed bodies, even now
+    raw = dep.raw_topics()
+    for exchange in dep.exchanges.values():
+        for marker in exchange.markers:
+            assert marker not in raw, f"{marker!r} in the log in clear"
+    (claimed,) = [
+        s.event
+        for s in dep.stored(topics.INFERENCE)
+        if s.event is not None and s.event.event_id == erased_c.receipt
+    ]
+
+    # -- erase ---------------------------------------------------------------------------
+    for exchange in (erased_a, erased_c):
+        answer = erase(dep, exchange.receipt)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {
+            "agent_record_id": exchange.receipt,
+            "scenario": dep.scenario,
+            "erased": True,
+            "already_erased": False,
+        }
+    again = erase(dep, erased_a.receipt)
+    assert again.status_code == 200 and again.json()["already_erased"] is True
+    assert_reef_error(erase(dep, uuid.uuid4().hex), 404)
+    assert_reef_error(erase(dep, two_records), 409)  # a report is not erasable
+    assert_reef_error(erase(dep, erased_a.receipt, unique_scenario("other")), 404)
+
+    # a report quoting an erased record is rejected as such
+    late = report(dep, "c")
+    rejected = fate(dep, late)
+    assert rejected["status"] == "rejected" and rejected["reason"] == "erased", rejected
+
+    if dep.name == "kafka":
+        for exchange in (erased_a, erased_c):
+            wait_for_cleaned_key(dep, exchange.receipt, keys[exchange.receipt])
+
+    # -- no byte left ---------------------------------------------------------------------
+    gone = [m for e in (erased_a, erased_c) for m in e.markers]
+    gone_keys = [keys[erased_a.receipt], keys[erased_c.receipt]]
+    kept = [m for e in (kept_b, kept_d) for m in e.markers]
+    raw = dep.raw_topics()
+    for secret in gone + gone_keys:
+        assert secret not in raw, f"{secret!r} still in the log"
+    assert keys[kept_b.receipt] in raw  # the same search does find what is there
+    state_dir = dep.process.state_dir
+    # SQLite files + WAL, the artifact store, the server's and the worker's logs
+    everything = files_bytes(state_dir.parent)
+    for secret in gone + gone_keys:
+        assert secret not in everything, f"{secret!r} in a file under {state_dir.parent}"
+    if dep.name == "embedded":
+        assert keys[kept_b.receipt] in everything
+    assert claimed is not None and claimed.sealed
+
+    # -- records API: erased are a marker without content; the others read in full ------
+    with dep.client() as client:
+        one = client.get(f"/reef/scenarios/{dep.scenario}/records/{erased_a.receipt}")
+        listed = client.get(f"/reef/scenarios/{dep.scenario}/records", params={"limit": 500})
+        kept_one = client.get(f"/reef/scenarios/{dep.scenario}/records/{kept_b.receipt}")
+    assert one.status_code == 200, one.text
+    assert one.json()["erased"] is True and "request" not in one.json()
+    assert listed.status_code == 200, listed.text
+    for secret in gone:
+        assert secret.decode() not in one.text + listed.text
+    for marker in kept:
+        assert marker.decode() in listed.text
+    assert kept_b.asked in kept_one.json()["request"]["messages"][0]["content"]
+    erased_rows = [r for r in listed.json()["records"] if r.get("erased")]
+    assert {r["agent_record_id"] for r in erased_rows} == {erased_a.receipt, erased_c.receipt}
+
+    # -- samples: a sample with an erased record is unreadable, lineage stays -------------
+    samples = {
+        s.event.report_id: s
+        for s in dep.stored(topics.SAMPLES)
+        if isinstance(s.event, SampleJoined)
+    }
+    assert samples[two_records].erased and samples[only_c].erased
+    assert not samples[only_d].erased
+    assert kept_d.answered in samples[only_d].event.trajectory_json  # type: ignore[union-attr]
+    two = samples[two_records].event
+    assert isinstance(two, SampleJoined) and two.references == [erased_a.receipt, kept_b.receipt]
+    for stored in samples.values():
+        assert stored.event is not None
+        for secret in gone:
+            assert secret.decode() not in stored.event.trajectory_json
+
+    # -- reef export / replay / audit ------------------------------------------------------
+    exported = b""
+    for topic in topics.ALL_TOPICS:
+        out = state_dir.parent / f"export-{topic}.jsonl"
+        dep.cli("export", "--topic", topic, "-o", str(out))
+        exported += out.read_bytes()
+    for secret in gone:
+        assert secret not in exported, f"{secret!r} in reef export"
+    for marker in kept:
+        assert marker in exported
+    rows = [json.loads(line) for line in exported.splitlines() if line.strip()]
+    assert erased_a.receipt not in {r["event_id"] for r in rows if r["type"] == "InferenceRecorded"}
+    (two_row,) = [r for r in rows if r["type"] == "SampleJoined" and r["report_id"] == two_records]
+    assert two_row["trajectory_json"] is None and two_row["references"] == two.references
+
+    replayed = dep.cli("replay", "--compare-live") if dep.name == "embedded" else dep.cli("replay")
+    for secret in gone:
+        assert secret.decode() not in replayed
+
+    trail = json.loads(dep.cli("audit", "trail", erased_a.receipt))
+    assert trail["record"]["erased"]["record_id"] == erased_a.receipt
+    assert "request_json" not in trail["record"]
+    assert [s["event_id"] for s in trail["samples"]] == [two.event_id]
+    for secret in gone:
+        assert secret.decode() not in json.dumps(trail)
