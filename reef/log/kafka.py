@@ -150,7 +150,7 @@ class KafkaLog:
                 ]
                 metadata = await asyncio.gather(*futures)
         except TimeoutError as exc:
-            missing = [r.topic for r in records if not await self._exists(r.topic)]
+            missing = await self._missing_topics({r.topic for r in records})
             if missing:  # aiokafka waits for metadata of an unknown topic until the timeout
                 raise UnknownTopicError(f"unknown topic {missing[0]!r}") from exc
             raise LogUnavailableError(
@@ -240,6 +240,16 @@ class KafkaLog:
     def _untag(self, topic: str) -> str:
         return topic.removeprefix(self.topic_prefix)
 
+    async def _missing_topics(self, names: set[str]) -> list[str]:
+        """Which of ``names`` the cluster does not know, asked within the append timeout:
+        a broker that does not answer at all (stalled, partitioned) must not hold the
+        refusal back for a metadata request's own, longer timeout; it counts as none."""
+        try:
+            async with asyncio.timeout(self._append_timeout_s):
+                return [t for t in sorted(names) if not await self._exists(t)]
+        except TimeoutError:
+            return []
+
     async def _exists(self, topic: str) -> bool:
         try:
             async with self._consumer() as consumer:
@@ -269,9 +279,11 @@ class KafkaLog:
         )
         try:
             await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise LogUnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+        except BaseException as exc:  # also a timeout's cancellation: never leak the client
+            await asyncio.shield(consumer.stop())
+            if isinstance(exc, KafkaError):
+                raise LogUnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+            raise
         try:
             yield consumer
         finally:

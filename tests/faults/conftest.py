@@ -135,6 +135,7 @@ class StreamsWorker:
     work_dir: Path
     managed: ManagedProcess | None = None
     starts: int = 0
+    env: dict[str, str] = field(default_factory=lambda: dict(STREAMS_ENV))
 
     def start(self) -> None:
         self.starts += 1
@@ -149,7 +150,7 @@ class StreamsWorker:
                 stdout=stdout,
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
-                env=clean_env(STREAMS_ENV),
+                env=clean_env(self.env),
                 cwd=self.work_dir,
             )
         self.managed = ManagedProcess(argv, process, out, err)

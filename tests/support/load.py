@@ -73,9 +73,14 @@ class LoadResult:
             return 0.0
         return len(self.between(start, end)) / (end - start)
 
-    def last_failure(self, after: float = 0.0) -> float | None:
-        """When the last failed attempt ended (after ``after``), or None."""
-        ends = [a.ended for a in self.attempts if not a.ok and a.started >= after]
+    def last_failure(self, after: float = 0.0, slow: float | None = None) -> float | None:
+        """When the last failed attempt (or, with ``slow``, one slower than that many
+        seconds) ended, among those started after ``after``; None if there is none."""
+        ends = [
+            a.ended
+            for a in self.attempts
+            if a.started >= after and (not a.ok or (slow is not None and a.latency > slow))
+        ]
         return max(ends) if ends else None
 
     def first_ok_after(self, moment: float) -> float | None:
@@ -83,9 +88,10 @@ class LoadResult:
         oks = [a.ended for a in self.attempts if a.ok and a.started >= moment]
         return min(oks) if oks else None
 
-    def recovery_seconds(self, fault_at: float) -> float:
-        """Fault → the first success after the last failure (0 if nothing failed)."""
-        last = self.last_failure(after=fault_at)
+    def recovery_seconds(self, fault_at: float, slow: float | None = None) -> float:
+        """Fault → the first success after the last failure (0 if nothing failed); with
+        ``slow``, answers slower than that many seconds count as failures too."""
+        last = self.last_failure(after=fault_at, slow=slow)
         if last is None:
             return 0.0
         first = self.first_ok_after(last)
@@ -133,7 +139,7 @@ class SteadyLoad:
         rate: float = 10.0,
         report: bool = True,
         timeout: float = 20.0,
-        max_in_flight: int = 64,
+        max_in_flight: int = 256,
         cooldown: float = 2.0,
         prompt_bytes: int = 0,
         max_tokens: int | None = None,
