@@ -106,6 +106,11 @@ def run_operation(
     tally: Tally,
     way: str,
 ) -> None:
+    # status codes are checked where the operation declares its errors (a route added
+    # without declarations is still fuzzed for server errors and hangs)
+    declared = any(code[0] in "45" for code in operation.responses.status_codes)
+    checks = CHECKS if declared else [not_a_server_error]
+
     @settings(
         max_examples=examples,
         derandomize=True,
@@ -124,7 +129,7 @@ def run_operation(
         assert time.monotonic() - started < REQUEST_TIMEOUT_S
         tally.cases[f"{way} {operation.label}"] += 1
         tally.statuses[response.status_code] += 1
-        case.validate_response(response, checks=CHECKS, headers=auth)
+        case.validate_response(response, checks=checks, headers=auth)
 
     check()
 
