@@ -545,7 +545,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t = [r["t_s"] for r in rows]
+    t = [float(r["t_s"]) for r in rows]
 
     def series(name: str) -> list[float]:
         return [float(r[name]) if r[name] != "" else math.nan for r in rows]
@@ -570,7 +570,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             axes[2].plot(t, values, label=role)
     axes[2].plot(t, series("rss_total_mb"), color="black", linestyle="--", label="total")
     axes[2].set_ylabel("RSS (MB)")
-    axes[2].legend(loc="upper left", fontsize="small", ncol=3)
+    axes[2].set_ylim(bottom=0)
+    axes[2].legend(loc="center right", fontsize="small", ncol=3)
     axes[3].step(t, series("releases_committed"), where="post", label="releases committed")
     axes[3].step(t, series("candidates_rejected"), where="post", label="candidates rejected")
     axes[3].set_ylabel("count")
@@ -657,9 +658,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="client timeout (s)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "soak")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw the plot from the existing CSV"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / f"soak-{args.log}.csv"
+    if args.replot:
+        with csv_path.open() as handle:
+            saved = list(csv.DictReader(handle))
+        plot(saved, args.out / f"soak-{args.log}.png", f"Reef soak on the {args.log} log")
+        return
     work = Path(tempfile.mkdtemp(prefix=f"reef-soak-{args.log}-"))
     all_words = words(620, seed=11)
     config = recipe_config(work / "state", args.batch, all_words[500:560])
