@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reef.artifacts.claimcheck import ClaimCheck
+from reef.artifacts.errors import ArtifactError
 from reef.codec import EventCodec
 from reef.crypto.bodies import (
     open_exchange,
@@ -28,7 +29,7 @@ from reef.crypto.bodies import (
 )
 from reef.crypto.keyring import KeyRing, key_record, open_keyring, tombstone_record
 from reef.crypto.seal import new_data_key
-from reef.errors import CodecError, ReefError
+from reef.errors import CodecError, LogUnavailableError, ReefError
 from reef.events import Event, InferenceRecorded, RecordErased, SampleJoined, utc_now
 from reef.ids import derived_id
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
@@ -85,7 +86,12 @@ class EventStore:
         if self.keys is not None:
             events, keys = _seal_all(events)
         if self.claims is not None and any(isinstance(e, InferenceRecorded) for e in events):
-            events = await asyncio.to_thread(self._offload_all, events)
+            try:
+                events = await asyncio.to_thread(self._offload_all, events)
+            except ArtifactError as exc:
+                # the body's store is down (S3 unreachable): the exchange cannot be recorded,
+                # and nothing of it is in the log: the same answer as a log that is down (503)
+                raise LogUnavailableError(f"cannot store a claim-checked body: {exc}") from exc
         pending = [*keys, *(self.prepare(event) for event in events)]
         started = time.perf_counter()
         positions = await self.log.append_many(pending)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,8 +120,10 @@ class Consistency:
         }
 
 
-def read_events(new_log: LogFactory, scenarios: Collection[str]) -> tuple[list[Event], list[str]]:
-    """Every event of the test's scenarios on Reef's topics (and undecodable records)."""
+def read_events(
+    new_log: LogFactory, scenarios: Collection[str], topic_names: Sequence[str] = TOPICS
+) -> tuple[list[Event], list[str]]:
+    """Every event of the test's scenarios on the topics (and undecodable records)."""
     wanted = set(scenarios)
 
     async def read() -> tuple[list[Event], list[str]]:
@@ -131,7 +133,7 @@ def read_events(new_log: LogFactory, scenarios: Collection[str]) -> tuple[list[E
             store = EventStore(log)
             found: list[Event] = []
             bad: list[str] = []
-            for topic in TOPICS:
+            for topic in topic_names:
                 async for stored in store.read(topic):
                     if stored.event is None:
                         key = stored.record.key.decode() if stored.record.key else ""
