@@ -136,6 +136,8 @@ class StreamsWorker:
     managed: ManagedProcess | None = None
     starts: int = 0
     env: dict[str, str] = field(default_factory=lambda: dict(STREAMS_ENV))
+    #: why the worker exited on its own (each time ``supervise`` restarted it)
+    crashes: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         self.starts += 1
@@ -179,12 +181,26 @@ class StreamsWorker:
     def running(self) -> bool:
         return self.managed is not None and self.managed.running()
 
+    def supervise(self, max_crashes: int = 2) -> None:
+        """What a process supervisor does: restart a worker that exited on its own
+        (its last error line is kept in ``crashes``); fail past ``max_crashes``."""
+        if self.running():
+            return
+        errors = [line for line in self.text().splitlines() if "[ERROR]" in line]
+        self.crashes.append(errors[0][:300] if errors else "exited without an error line")
+        assert len(self.crashes) <= max_crashes, (
+            f"reef streams keeps crashing: {self.crashes}\n{self.text()[-4000:]}"
+        )
+        self.start()
+        self.wait_ready()
+
     def stop(self) -> None:
         if self.managed is not None:
             self.managed.stop(timeout=20)
 
-    def wait_caught_up(self, timeout: float = 60.0) -> float:
-        """Until the worker's group committed every input record; seconds it took."""
+    def wait_caught_up(self, timeout: float = 60.0, *, supervised: bool = False) -> float:
+        """Until the worker's group committed every input record; seconds it took.
+        ``supervised``: a worker that exits meanwhile is restarted (see ``supervise``)."""
         group = self.prefix + topics.STREAMS_APP_ID
         inputs = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
 
@@ -205,7 +221,9 @@ class StreamsWorker:
 
         began = time.monotonic()
         while lagging := asyncio.run(behind()):
-            assert self.managed is not None and self.managed.running(), self.managed
+            if supervised:
+                self.supervise()
+            assert self.managed is not None and self.managed.running(), self.managed.output()
             assert time.monotonic() - began < timeout, f"worker behind: {lagging}"
             time.sleep(0.5)
         return time.monotonic() - began

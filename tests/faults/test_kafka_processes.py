@@ -142,7 +142,10 @@ def test_sigkill_of_a_stream_worker(
             load.wait_acks(20, since=time.monotonic())
             end = time.monotonic()
         result = load.result
-        caught_up_s = worker.wait_caught_up()
+        # Restarted under live input, Faust sometimes crashes right after Ready (KeyError
+        # for a changelog topic in PartitionAssignor.group_for_topic): a supervisor
+        # restarts it, as in production; the crash is recorded in the row's notes.
+        caught_up_s = worker.wait_caught_up(supervised=True)
         report = consistency.check(kafka_log_factory(kafka_bootstrap, prefix), result, scenarios)
         fault_table.record(
             FaultRow(
@@ -153,7 +156,8 @@ def test_sigkill_of_a_stream_worker(
                 report.duplicated,
                 ready_at - fault_at,
                 f"kill -> restarted worker ready (Ready took {ready_s:.1f} s), caught up "
-                f"{caught_up_s:.1f} s after the load; client errors {dict(result.errors)}",
+                f"{caught_up_s:.1f} s after the load; client errors {dict(result.errors)}; "
+                f"worker crashes after restart: {worker.crashes or 'none'}",
             )
         )
         report.assert_ok()
