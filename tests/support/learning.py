@@ -1,0 +1,244 @@
+"""A learning deployment for end-to-end tests, on the embedded log or on Kafka.
+
+* ``embedded``: one ``reef serve`` (local tiny engine, its sidecar, the in-process
+  trainer; the processors in its child process).
+* ``kafka``: the same ``reef serve --log kafka`` (API, local engine, sidecar) on a topic
+  prefix of its own, a ``reef streams`` worker (Faust: join, release chain) and a
+  ``reef trainer --log kafka`` process sharing ``reef serve``'s state dir (the local
+  artifact store). The topics are deleted at the end.
+
+What a test needs from either: the API (:attr:`LearningDeployment.base_url`), whether
+the trainer group's committed offsets reached the end of ``reef.samples`` (it commits
+them only after the chain's decision) and the trainer's progress counters (GET
+/reef/status on the embedded log; the trainer's own periodic status line on Kafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from reef.log.base import EventLog
+from reef.topics import SAMPLES
+from tests.support.servers import (
+    ManagedProcess,
+    ReefProcess,
+    clean_env,
+    reef_executable,
+    run_reef,
+    spawn,
+    start_reef,
+)
+
+STATUS_EVERY_S = 1.0
+
+
+@dataclass
+class LearningDeployment:
+    kind: str
+    reef: ReefProcess
+    token: str
+    group: str
+    kafka_bootstrap: str | None = None
+    topic_prefix: str = ""
+    trainer: ManagedProcess | None = None
+    streams: ManagedProcess | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return self.reef.base_url
+
+    @property
+    def state_dir(self) -> Path:
+        return self.reef.state_dir
+
+    def open_log(self) -> EventLog:
+        if self.kind == "kafka":
+            from reef.log.kafka import KafkaLog
+
+            assert self.kafka_bootstrap is not None
+            return KafkaLog(
+                self.kafka_bootstrap, topic_prefix=self.topic_prefix, client_id="reef-e2e-learning"
+            )
+        from reef.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(self.state_dir / "log.sqlite3")
+
+    def alive(self) -> None:
+        """Fail with the output of any part that exited."""
+        for part in (self.reef.managed, self.trainer, self.streams):
+            if part is not None:
+                assert part.running(), part.output()
+
+    def trainer_caught_up(self, min_samples: int = 1) -> bool:
+        """The group's committed offsets are past the last record of ``reef.samples``
+        (and there are ``min_samples``): every sample was decided (trained, gated, or skipped). On
+        Kafka the end offset also counts transaction markers after the last record."""
+
+        async def check() -> bool:
+            log = self.open_log()
+            try:
+                last: dict[int, int] = {}
+                records = []
+                async for record in log.read(SAMPLES):
+                    last[record.partition] = record.offset + 1
+                    records.append(record)
+                done = await log.committed(self.group, SAMPLES)
+            finally:
+                await log.close()
+            return len(records) >= min_samples and all(done.get(p, 0) >= e for p, e in last.items())
+
+        result: bool = asyncio.run(check())
+        return result
+
+    def wait_trainer_done(self, min_samples: int = 1, timeout: float = 180.0) -> None:
+        """Wait for ``min_samples`` joined samples (the join is asynchronous) and for the
+        trainer to have decided all of them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.alive()
+            if self.trainer_caught_up(min_samples):
+                return
+            time.sleep(0.5)
+        raise AssertionError(
+            f"the trainer did not finish the batch in time\n{self.trainer_output()}"
+        )
+
+    def trainer_status(self) -> dict[str, Any]:
+        """The trainer's progress: GET /reef/status's ``trainer`` (in-process), else the
+        last ``status {...}`` line ``reef trainer`` logged (no ``steps`` history)."""
+        if self.trainer is None:
+            headers = {"Authorization": f"Bearer {self.token}"}
+            response = httpx.get(f"{self.base_url}/reef/status", headers=headers, timeout=30.0)
+            response.raise_for_status()
+            found: dict[str, Any] = response.json()["trainer"]
+            return found
+        lines = [
+            line.split(" status ", 1)[1]
+            for line in self.trainer.stderr_text().splitlines()
+            if " reef.trainer: status " in line
+        ]
+        assert lines, f"reef trainer logged no status yet\n{self.trainer.output()}"
+        last: dict[str, Any] = json.loads(lines[-1])
+        return last
+
+    def wait_trainer_status(self, timeout: float = 30.0) -> dict[str, Any]:
+        """A status at least as recent as now (the trainer logs one every second)."""
+        if self.trainer is None:
+            return self.trainer_status()
+        seen = self.trainer.stderr_text().count(" reef.trainer: status ")
+        deadline = time.monotonic() + timeout
+        while self.trainer.stderr_text().count(" reef.trainer: status ") <= seen:
+            assert time.monotonic() < deadline, self.trainer.output()
+            self.alive()
+            time.sleep(0.2)
+        return self.trainer_status()
+
+    def trainer_log(self) -> str:
+        if self.trainer is None:
+            return self.reef.managed.stderr_text()
+        return self.trainer.stderr_text()
+
+    def trainer_output(self) -> str:
+        return self.trainer.output() if self.trainer is not None else self.reef.output()
+
+
+def kafka_flags(bootstrap: str, prefix: str) -> list[str]:
+    return ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
+
+
+async def delete_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+def start_trainer(
+    argv_log: list[str], state_dir: Path, env: Mapping[str, str], log_dir: Path, name: str
+) -> ManagedProcess:
+    """``reef trainer`` on the deployment's log and state dir (its artifact store)."""
+    argv = [
+        reef_executable(),
+        "trainer",
+        *argv_log,
+        "--state-dir",
+        str(state_dir),
+        "--status-every",
+        str(STATUS_EVERY_S),
+    ]
+    return spawn(argv, env=clean_env(env), log_dir=log_dir, name=name)
+
+
+@contextlib.contextmanager
+def learning_deployment(
+    kind: str,
+    work: Path,
+    env: Mapping[str, str],
+    *,
+    token: str,
+    group: str,
+    kafka_bootstrap: str | None = None,
+    reef_args: tuple[str, ...] = (),
+) -> Iterator[LearningDeployment]:
+    """Start the deployment of ``kind`` (``env`` configures reef serve and the trainer)."""
+    state = work / "state"
+    if kind == "embedded":
+        reef = start_reef(
+            list(reef_args), env=env, state_dir=state, timeout=240.0, name="reef-learning"
+        )
+        try:
+            yield LearningDeployment(kind, reef, token, group)
+        finally:
+            reef.stop()
+        return
+
+    from tests.e2e.test_releases import start_streams
+
+    assert kafka_bootstrap is not None
+    prefix = f"t-learn-{uuid.uuid4().hex[:10]}-"
+    flags = kafka_flags(kafka_bootstrap, prefix)
+    created = run_reef("topics", "create", *flags)
+    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+    worker = start_streams(kafka_bootstrap, prefix, work / "streams")
+    reef: ReefProcess | None = None
+    trainer: ManagedProcess | None = None
+    try:
+        reef = start_reef(
+            [*flags, *reef_args], env=env, state_dir=state, timeout=240.0, name="reef-learning"
+        )
+        worker.wait_ready()
+        trainer = start_trainer(flags, state, env, work / "logs", "trainer")
+        yield LearningDeployment(
+            kind,
+            reef,
+            token,
+            group,
+            kafka_bootstrap=kafka_bootstrap,
+            topic_prefix=prefix,
+            trainer=trainer,
+            streams=worker.managed,
+        )
+    finally:
+        if trainer is not None:
+            trainer.stop()
+        if reef is not None:
+            reef.stop()
+        worker.managed.stop(timeout=20)
+        asyncio.run(delete_topics(kafka_bootstrap, prefix))
