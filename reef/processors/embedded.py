@@ -5,13 +5,16 @@ Commit protocol (per batch of input records, written down once here):
 1. Read up to ``batch_size`` records from the processor's input topics, starting at the
    positions stored under the consumer group ``processor:<name>``; order them by
    (partition, append time, topic, offset) so replay sees the same interleaving.
-2. Run the pure step over each record against a write buffer on the in-memory state.
+2. Run the pure step over each record against a write buffer over the stored state
+   (:class:`reef.processors.sqlite_state.SqliteState`: the ``processor_state`` rows,
+   read on demand through a bounded cache, so memory does not grow with the state).
 3. In ONE SQLite transaction (:meth:`EmbeddedLog.transact`): upsert/delete the changed
    state keys, append the output events, store the next input positions.
-4. Only after the COMMIT apply the buffered writes to the in-memory state.
+4. Only after the COMMIT bring the state's cache up to the buffered writes.
 
 A crash before step 3's COMMIT leaves state, outputs and positions as they were, so the
-batch is read and processed again with identical results; a crash after it loses nothing.
+batch is read and processed again with identical results; a crash after it loses nothing
+(the cache is memory only: a restarted runtime reads the committed rows).
 Exactly-once follows from atomicity, not from de-duplication — but outputs carry
 deterministic ids anyway, so downstream de-duplication would remove any slip.
 """
@@ -24,13 +27,13 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from reef.errors import LogUnavailableError
 from reef.eventstore import EventStore
 from reef.log.base import LogRecord
 from reef.log.embedded import EmbeddedLog
-from reef.processors.state import DictState, Processor, WriteBuffer
+from reef.processors.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
+from reef.processors.state import Processor, WriteBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +63,15 @@ class EmbeddedRuntime:
         idle_wait: float = 0.5,
         linger: float = 0.02,
         store: EventStore | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.log = log
         self.processor = processor
         #: decodes inputs (and resolves claim-checked bodies) and encodes outputs
         self.store = store or EventStore(log)
         self.group = f"processor:{processor.name}"
-        self.state = DictState()
+        #: the committed state: the table's rows, with a bounded cache of decoded values
+        self.state = SqliteState(log.path, processor.name, cache_bytes=cache_bytes)
         self.positions: dict[str, dict[int, int]] = {}
         self.processed = 0
         self._batch_size = batch_size
@@ -77,7 +82,6 @@ class EmbeddedRuntime:
 
     async def start(self) -> None:
         await self.log.transact([], _create_state_table)
-        self.state.data = await self.log.query(self._load_state)
         for topic in self.processor.inputs:
             self.positions[topic] = await self.log.committed(self.group, topic)
         self._task = asyncio.create_task(self._run(), name=f"processor:{self.processor.name}")
@@ -88,6 +92,7 @@ class EmbeddedRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.state.close()
 
     def healthy(self) -> bool:
         return self._task is not None and not self._task.done()
@@ -148,13 +153,13 @@ class EmbeddedRuntime:
                 outputs.extend(self.processor.step(buffer, stored.event))
             positions[record.topic][record.partition] = record.offset + 1
         pending = [self.store.prepare(event) for event in outputs]
-        changes = list(buffer.changes())
+        written = [
+            (key, value, None if value is None else json.dumps(value))
+            for key, value in buffer.changes()
+        ]
+        changes = [(key, text) for key, _, text in written]
         await self.log.transact(pending, lambda db: self._persist(db, changes, positions))
-        for key, value in changes:
-            if value is None:
-                self.state.delete(key)
-            else:
-                self.state.set(key, value)
+        self.state.committed((k, v, len(text or "")) for k, v, text in written)
         self.positions = positions
         self.processed += len(records)
         return True
@@ -210,30 +215,25 @@ class EmbeddedRuntime:
     def _persist(
         self,
         db: sqlite3.Connection,
-        changes: Sequence[tuple[str, Any]],
+        changes: Sequence[tuple[str, str | None]],
         positions: dict[str, dict[int, int]],
     ) -> None:
+        """Write the batch's state changes (JSON text; None deletes) and input positions."""
         name = self.processor.name
         db.executemany(
             "INSERT INTO processor_state (processor, key, value) VALUES (?, ?, ?) "
             "ON CONFLICT (processor, key) DO UPDATE SET value = excluded.value",
-            [(name, k, json.dumps(v)) for k, v in changes if v is not None],
+            [(name, k, text) for k, text in changes if text is not None],
         )
         db.executemany(
             "DELETE FROM processor_state WHERE processor = ? AND key = ?",
-            [(name, k) for k, v in changes if v is None],
+            [(name, k) for k, text in changes if text is None],
         )
         db.executemany(
             "INSERT INTO consumer_offsets (grp, topic, partition, next_offset) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (grp, topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
             [(self.group, t, p, o) for t, offsets in positions.items() for p, o in offsets.items()],
         )
-
-    def _load_state(self, db: sqlite3.Connection) -> dict[str, Any]:
-        rows = db.execute(
-            "SELECT key, value FROM processor_state WHERE processor = ?", (self.processor.name,)
-        )
-        return {str(k): json.loads(v) for k, v in rows}
 
 
 def _create_state_table(db: sqlite3.Connection) -> None:

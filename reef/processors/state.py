@@ -13,10 +13,14 @@ from typing import Any, Protocol
 from reef.events import Event
 
 
-class KeyValueState(Protocol):
-    """JSON-compatible values under string keys."""
+class ReadableState(Protocol):
+    """Reads of JSON-compatible values under string keys (None: absent)."""
 
     def get(self, key: str) -> Any: ...
+
+
+class KeyValueState(ReadableState, Protocol):
+    """JSON-compatible values under string keys."""
 
     def set(self, key: str, value: Any) -> None: ...
 
@@ -60,12 +64,13 @@ class DictState:
 class WriteBuffer:
     """A :class:`KeyValueState` view that buffers writes over a base state.
 
-    Hosts use it to apply a step's writes together with its outputs, atomically.
+    Hosts use it to apply a step's writes together with its outputs, atomically; the
+    base is only read (it may be a store that changes only once the writes committed).
     """
 
     _DELETED = object()
 
-    def __init__(self, base: KeyValueState) -> None:
+    def __init__(self, base: ReadableState) -> None:
         self.base = base
         self.writes: dict[str, Any] = {}
 
