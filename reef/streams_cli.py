@@ -31,7 +31,9 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
         return
     from faust import Worker
 
-    from streams.app import create_app
+    from streams.app import create_app, data_dir_base
+    from streams.datadir import worker_data_dir
 
-    app = create_app(settings)
-    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    with worker_data_dir(data_dir_base(settings)) as data_dir:
+        app = create_app(settings, data_dir)
+        Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
