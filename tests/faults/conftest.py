@@ -39,6 +39,8 @@ TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
 
 #: a killed worker's static membership comes back at once; its session expires quickly
 STREAMS_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
+#: a supervised worker whose lag does not move for this long is killed and restarted
+STUCK_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class FaultRow:
 @dataclass
 class FaultTable:
     path: Path
+    echo: Callable[[str], None] = print
     rows: list[FaultRow] = field(default_factory=list)
 
     def record(self, row: FaultRow) -> None:
@@ -69,12 +72,23 @@ class FaultTable:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as out:
             out.write(json.dumps({**asdict(row), "at": time.strftime("%FT%T")}) + "\n")
-        print(row.line(), flush=True)
+        self.echo(row.line())
 
 
 @pytest.fixture(scope="session")
-def fault_table() -> FaultTable:
-    return FaultTable(TABLE_FILE)
+def fault_table(pytestconfig: pytest.Config) -> FaultTable:
+    """Rows go to the terminal even while output is captured (and to ``TABLE_FILE``)."""
+    capman = pytestconfig.pluginmanager.getplugin("capturemanager")
+    reporter = pytestconfig.pluginmanager.getplugin("terminalreporter")
+
+    def echo(line: str) -> None:
+        if capman is None or reporter is None:
+            print(line, flush=True)
+            return
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    return FaultTable(TABLE_FILE, echo)
 
 
 @pytest.fixture(scope="session")
@@ -186,8 +200,9 @@ class StreamsWorker:
         (its last error line is kept in ``crashes``); fail past ``max_crashes``."""
         if self.running():
             return
-        errors = [line for line in self.text().splitlines() if "[ERROR]" in line]
-        self.crashes.append(errors[0][:300] if errors else "exited without an error line")
+        if not (self.crashes and self.crashes[-1].startswith("wedged")):
+            errors = [line for line in self.text().splitlines() if "[ERROR]" in line]
+            self.crashes.append(errors[0][:300] if errors else "exited without an error line")
         assert len(self.crashes) <= max_crashes, (
             f"reef streams keeps crashing: {self.crashes}\n{self.text()[-4000:]}"
         )
@@ -220,7 +235,16 @@ class StreamsWorker:
                 await log.close()
 
         began = time.monotonic()
+        last_lag, moved_at = -1, began
         while lagging := asyncio.run(behind()):
+            lag = sum(lagging.values())
+            if lag != last_lag:
+                last_lag, moved_at = lag, time.monotonic()
+            if supervised and time.monotonic() - moved_at > STUCK_SECONDS and self.running():
+                # a liveness probe on the lag: Ready, alive, and no progress at all
+                self.crashes.append(f"wedged: alive but no progress for {STUCK_SECONDS:.0f} s")
+                self.kill()
+                moved_at = time.monotonic()
             if supervised:
                 self.supervise()
             assert self.managed is not None and self.managed.running(), self.managed.output()
