@@ -10,7 +10,9 @@ has no key (erased, or never sealed).
 
 - :class:`TableKeyRing` (embedded) asks the table every time: nothing is cached.
 - :class:`FollowingKeyRing` (Kafka, or any log) follows the topic into a dict from the
-  beginning; a tombstone removes the entry. A miss first catches up to the topic's end
+  beginning; a tombstone removes the entry. It starts following at its first lookup, so
+  a process that only writes (an API replica nobody reads records from) does not fetch
+  back every key it appends. A miss first catches up to the topic's end
   offsets (a key is acknowledged with its record, so once a reader sees a record its key
   is at most one catch-up away), then answers None. The replica that erases forgets the
   key at once; other replicas drop it when they follow the tombstone.
@@ -94,8 +96,12 @@ class FollowingKeyRing:
         self._moved = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._absent = False
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
+        """Nothing to do yet: following begins with the first lookup."""
+
+    async def _begin(self) -> None:
         try:
             ends = await self.log.end_offsets(KEYS)
         except UnknownTopicError:
@@ -121,6 +127,10 @@ class FollowingKeyRing:
 
     async def get_many(self, record_ids: Iterable[str]) -> dict[str, bytes]:
         wanted = list(record_ids)
+        if self._task is None and not self._absent:
+            async with self._starting:
+                if self._task is None and not self._absent:
+                    await self._begin()
         if self._absent:
             return {}
         if any(r not in self._keys for r in wanted):
@@ -144,6 +154,10 @@ class FollowingKeyRing:
         A hit is answered from memory: a tombstone written by another replica takes
         effect here once followed (one fetch, about 200 ms), or at the next ``sync``.
         """
+        if self._task is None and not self._absent:
+            await self.get_many([])  # begins following
+        if self._absent:
+            return
         ends = await self.log.end_offsets(KEYS)
         if self._task is None or self._task.done():
             raise RuntimeError("the key ring is not following its topic")
@@ -155,10 +169,18 @@ class FollowingKeyRing:
             await self._moved.wait_for(reached)
 
     async def _follow(self, start: Mapping[int, int]) -> None:
-        async for record in self.log.read(KEYS, start=start, follow=True):
-            async with self._moved:
-                self._apply(record.key, record.value, record.partition, record.offset)
-                self._moved.notify_all()
+        records = self.log.read(KEYS, start=start, follow=True)
+        try:
+            async for record in records:
+                async with self._moved:
+                    self._apply(record.key, record.value, record.partition, record.offset)
+                    self._moved.notify_all()
+        finally:
+            # cancelled while the reader waits: close it now (its consumer and sockets),
+            # not whenever the garbage collector finalises the generator
+            aclose = getattr(records, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 def open_keyring(log: EventLog) -> KeyRing:

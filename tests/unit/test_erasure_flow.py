@@ -1,0 +1,143 @@
+"""Erasure through the pure join and the trainer (embedded log, real key table).
+
+* The join carries sealed bodies verbatim (no key), forgets an erased record and
+  rejects a later report on it as ``erased``; replaying the same events gives the same
+  state (its decisions do not depend on which keys exist).
+* The trainer skips a sample whose record was erased, and trains on the others.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reef.crypto import new_data_key
+from reef.crypto.bodies import seal_exchange
+from reef.crypto.keyring import TableKeyRing
+from reef.events import (
+    Event,
+    InferenceRecorded,
+    RecordErased,
+    ReportRejected,
+    ReportSubmitted,
+    SampleJoined,
+    utc_now,
+)
+from reef.eventstore import EventStore
+from reef.ids import derived_id, new_receipt, new_record_id
+from reef.processors.join import JoinProcessor
+from reef.processors.state import DictState
+from reef.topics import INFERENCE, LOG_TOPICS, SAMPLES
+from tests.unit.test_trainer import FAKE, Harness, harness, running, until  # noqa: F401
+
+SCENARIO = "s"
+
+
+def exchange(text: str, scenario: str = SCENARIO) -> InferenceRecorded:
+    return InferenceRecorded(
+        event_id=new_receipt(scenario),
+        scenario=scenario,
+        occurred_at=utc_now(),
+        producer="test",
+        dialect="openai",
+        route="/v1/chat/completions",
+        release_id="r0",
+        stream=False,
+        status=200,
+        complete=True,
+        latency_ms=1.0,
+        upstream_latency_ms=1.0,
+        request_json=json.dumps({"messages": [{"role": "user", "content": text}]}),
+        response_json=json.dumps({"choices": [{"message": {"content": f"re {text}"}}]}),
+    )
+
+
+def reported(*refs: str, scenario: str = SCENARIO) -> ReportSubmitted:
+    return ReportSubmitted(
+        event_id=new_record_id(),
+        scenario=scenario,
+        occurred_at=utc_now(),
+        producer="test",
+        score=1.0,
+        feedback_json='{"correction": "hi"}',
+        references=list(refs),
+        metadata_json="{}",
+        content_hash=new_record_id(),
+    )
+
+
+def erased(record_id: str, scenario: str = SCENARIO) -> RecordErased:
+    return RecordErased(
+        event_id=derived_id("erased", scenario, record_id),
+        scenario=scenario,
+        occurred_at=utc_now(),
+        producer="test",
+        record_id=record_id,
+    )
+
+
+def test_join_keeps_sealed_copies_and_rejects_reports_on_erased_records() -> None:
+    secret = "secret-" + new_record_id()
+    first = seal_exchange(exchange(secret), new_data_key())
+    second = seal_exchange(exchange("other"), new_data_key())
+    events: list[Event] = [first, second, reported(first.event_id, second.event_id)]
+    events += [erased(first.event_id), reported(first.event_id), reported(second.event_id)]
+    join, state = JoinProcessor(), DictState()
+    outputs = [out for event in events for out in join.step(state, event)]
+    sample, late, consumed = outputs
+    assert isinstance(sample, SampleJoined)
+    assert sample.references == [first.event_id, second.event_id]
+    trajectory = json.loads(sample.trajectory_json)
+    assert {"sealed"} == set(trajectory[0]["request"]) and secret not in sample.trajectory_json
+    assert isinstance(late, ReportRejected) and late.reason == "erased"
+    assert isinstance(consumed, ReportRejected) and consumed.reason == "already_consumed"
+    assert state.get(f"rec/{first.event_id}") is None
+    assert state.get(f"erased/{first.event_id}") is True
+    assert secret not in json.dumps(state.data)
+    # a redelivered record after its erasure stays forgotten
+    assert join.step(state, first) == [] and state.get(f"rec/{first.event_id}") is None
+    replayed = DictState()
+    assert [o for e in events for o in JoinProcessor().step(replayed, e)] == outputs
+    assert replayed.data == state.data
+
+
+async def test_trainer_skips_a_sample_whose_record_was_erased(
+    harness: Harness,  # noqa: F811
+    running: Any,  # noqa: F811
+) -> None:
+    await harness.log.ensure_topics(list(LOG_TOPICS))
+    sealing = EventStore(harness.log, keys=TableKeyRing(harness.log))
+    r0 = await harness.create(SCENARIO)
+    kept, gone = exchange("kept"), exchange("gone")
+    await sealing.append_all([kept, gone])
+    join, state = JoinProcessor(), DictState()
+    samples: dict[str, SampleJoined] = {}
+    async for stored in sealing.read(INFERENCE, raw=True):  # as stored: sealed
+        assert stored.event is not None
+        report = reported(stored.event.event_id)
+        for out in join.step(state, stored.event) + join.step(state, report):
+            assert isinstance(out, SampleJoined)
+            samples[out.references[0]] = out
+    assert set(samples) == {kept.event_id, gone.event_id}
+    await sealing.erase(SCENARIO, gone.event_id, producer="test")
+    for sample in samples.values():
+        await harness.store.append(
+            SampleJoined(
+                **{**_fields(sample), "release_ids": [r0]},
+            )
+        )
+    trainer = harness.trainer({"batching": {"batch_size": 1}})
+    trainer.store = sealing
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+        await until(lambda: trainer.status()["samples_skipped"].get("erased") == 1)
+    (release,) = await harness.committed()
+    assert release.sample_ids == [samples[kept.event_id].event_id]
+    stored = [s async for s in sealing.read(SAMPLES)]
+    by_id = {s.event.event_id: s for s in stored if isinstance(s.event, SampleJoined)}
+    assert by_id[samples[gone.event_id].event_id].erased
+    assert "re kept" in by_id[samples[kept.event_id].event_id].event.trajectory_json  # type: ignore[union-attr]
+
+
+def _fields(sample: SampleJoined) -> dict[str, Any]:
+    return {name: getattr(sample, name) for name in sample.__dataclass_fields__}
