@@ -9,21 +9,20 @@ is a table whose rows are really DELETEd (``secure_delete``: the bytes are zeroe
 has no key (erased, or never sealed).
 
 - :class:`TableKeyRing` (embedded) asks the table every time: nothing is cached.
-- :class:`FollowingKeyRing` (Kafka, or any log) follows the topic into a dict from the
-  beginning; a tombstone removes the entry. It starts following at its first lookup, so
-  a process that only writes (an API replica nobody reads records from) does not fetch
-  back every key it appends. A miss first catches up to the topic's end
-  offsets (a key is acknowledged with its record, so once a reader sees a record its key
-  is at most one catch-up away), then answers None. The replica that erases forgets the
-  key at once; other replicas drop it when they follow the tombstone.
+- :class:`FollowingKeyRing` (Kafka, or any log) reads the topic into a dict from the
+  beginning, on demand: at a lookup that misses, or when its last read began more than
+  a second ago; a tombstone removes the entry. A process that only writes (an API
+  replica nobody reads records from) never reads its own keys back. A key is
+  acknowledged with its record, so once a reader sees a record its key is at most one
+  read away; still missing after it, the answer is None. The replica that erases
+  forgets the key at once; other replicas within ``max_staleness_s`` (one second).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol
 
 from reef.errors import UnknownTopicError
@@ -87,39 +86,29 @@ class TableKeyRing:
 
 
 class FollowingKeyRing:
-    """Follows the key topic into memory; tombstones remove entries."""
+    """Reads the key topic into memory on demand; tombstones remove entries.
 
-    def __init__(self, log: EventLog) -> None:
+    A lookup reads what was appended since the last read (a bounded read, up to the end
+    offsets at that moment) when a key is missing or the last read began more than
+    ``max_staleness_s`` ago, so a tombstone written by another replica takes effect here
+    within that long. No background consumer: nothing to cancel half-started on close.
+    """
+
+    def __init__(self, log: EventLog, *, max_staleness_s: float = 1.0) -> None:
         self.log = log
+        self.max_staleness_s = max_staleness_s
         self._keys: dict[str, bytes] = {}
         self._next: dict[int, int] = {}
-        self._moved = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
         self._absent = False
-        self._starting = asyncio.Lock()
+        self._read_lock = asyncio.Lock()
+        #: loop time at which the last completed read began (everything on the topic at
+        #: that moment is applied); -inf: never read
+        self._read_from = float("-inf")
 
     async def start(self) -> None:
-        """Nothing to do yet: following begins with the first lookup."""
-
-    async def _begin(self) -> None:
-        try:
-            ends = await self.log.end_offsets(KEYS)
-        except UnknownTopicError:
-            # a deployment from before erasure existed: nothing was ever sealed
-            logger.warning("no %s topic: sealed records (if any) read as erased", KEYS)
-            self._absent = True
-            return
-        async for record in self.log.read(KEYS, until=ends):
-            self._apply(record.key, record.value, record.partition, record.offset)
-        self._next = {p: max(self._next.get(p, 0), o) for p, o in ends.items()}
-        self._task = asyncio.create_task(self._follow(dict(ends)), name="keyring:follow")
+        """Nothing to do yet: the topic is read at the first lookup."""
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
         self._keys.clear()
 
     async def get(self, record_id: str) -> bytes | None:
@@ -127,60 +116,43 @@ class FollowingKeyRing:
 
     async def get_many(self, record_ids: Iterable[str]) -> dict[str, bytes]:
         wanted = list(record_ids)
-        if self._task is None and not self._absent:
-            async with self._starting:
-                if self._task is None and not self._absent:
-                    await self._begin()
-        if self._absent:
-            return {}
-        if any(r not in self._keys for r in wanted):
+        now = asyncio.get_running_loop().time()
+        if any(r not in self._keys for r in wanted) or (
+            now - self._read_from > self.max_staleness_s
+        ):
             await self.sync()
         return {r: self._keys[r] for r in wanted if r in self._keys}
 
     def forget(self, record_id: str) -> None:
         self._keys.pop(record_id, None)
 
-    def _apply(self, key: bytes | None, value: bytes | None, partition: int, offset: int) -> None:
-        if key is not None:
-            if value:
-                self._keys[key.decode()] = value
-            else:
-                self._keys.pop(key.decode(), None)
-        self._next[partition] = offset + 1
-
     async def sync(self) -> None:
-        """Wait until everything on the topic when called has been applied (30 s at most).
+        """Apply everything on the topic when called (one read shared by concurrent calls)."""
+        asked = asyncio.get_running_loop().time()
+        async with self._read_lock:
+            if self._absent or self._read_from >= asked:
+                return  # a read that began after this call finished meanwhile
+            began = asyncio.get_running_loop().time()
+            try:
+                ends = await self.log.end_offsets(KEYS)
+            except UnknownTopicError:
+                # a deployment from before erasure existed: nothing was ever sealed
+                logger.warning("no %s topic: sealed records (if any) read as erased", KEYS)
+                self._absent = True
+                return
+            if any(self._next.get(p, 0) < o for p, o in ends.items()):
+                async for record in self.log.read(KEYS, start=dict(self._next), until=ends):
+                    self._apply(record.key, record.value)
+                self._next = {p: max(self._next.get(p, 0), o) for p, o in ends.items()}
+            self._read_from = began
 
-        A hit is answered from memory: a tombstone written by another replica takes
-        effect here once followed (one fetch, about 200 ms), or at the next ``sync``.
-        """
-        if self._task is None and not self._absent:
-            await self.get_many([])  # begins following
-        if self._absent:
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
             return
-        ends = await self.log.end_offsets(KEYS)
-        if self._task is None or self._task.done():
-            raise RuntimeError("the key ring is not following its topic")
-
-        def reached() -> bool:
-            return all(self._next.get(p, 0) >= o for p, o in ends.items())
-
-        async with asyncio.timeout(30.0), self._moved:
-            await self._moved.wait_for(reached)
-
-    async def _follow(self, start: Mapping[int, int]) -> None:
-        records = self.log.read(KEYS, start=start, follow=True)
-        try:
-            async for record in records:
-                async with self._moved:
-                    self._apply(record.key, record.value, record.partition, record.offset)
-                    self._moved.notify_all()
-        finally:
-            # cancelled while the reader waits: close it now (its consumer and sockets),
-            # not whenever the garbage collector finalises the generator
-            aclose = getattr(records, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        if value:
+            self._keys[key.decode()] = value
+        else:
+            self._keys.pop(key.decode(), None)
 
 
 def open_keyring(log: EventLog) -> KeyRing:

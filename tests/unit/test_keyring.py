@@ -95,6 +95,13 @@ async def test_following_ring_on_kafka_drops_tombstoned_keys(kafka_bootstrap: st
             assert await ring.get("c") == key_c
         finally:
             await ring.close()
+        # a ring that holds a key learns of its tombstone once its read is stale
+        eager = FollowingKeyRing(log, max_staleness_s=0.0)
+        await eager.start()
+        assert await eager.get("b") == key_b
+        await log.append_many([tombstone_record("b")])
+        assert await eager.get("b") is None
+        await eager.close()
         values = {r.key: r.value async for r in log.read(KEYS)}
         assert values[b"a"] == b""  # a tombstone reads back empty
     finally:
