@@ -712,6 +712,7 @@ SAMPLE_COLUMNS = [
     "feedback_json",
     "metadata_json",
     "release_ids",
+    "reporter",
     "reason",
     "detail",
 ]
