@@ -57,6 +57,7 @@ from reef.log.base import LogRecord
 from reef.releases import ContentStore
 from trainers.batcher import Batcher
 from trainers.chainview import ChainDecision, ChainFollower
+from trainers.heap import release_freed_memory
 from trainers.progress import Progress
 
 logger = logging.getLogger("reef.trainer")
@@ -314,6 +315,7 @@ class Trainer:
             return await self._candidate(batch, release_id, content_id, candidate_id, out_dir, step)
         finally:
             await asyncio.to_thread(shutil.rmtree, out_dir, True)
+            await asyncio.to_thread(release_freed_memory)
 
     async def _candidate(
         self,
