@@ -49,7 +49,7 @@ from reef.events import Event, InferenceRecorded, ReportSubmitted
 from reef.eventstore import EventStore
 from reef.ids import content_hash, scenario_tag
 from reef.log.embedded import EmbeddedLog
-from reef.log.kafka import KafkaLog
+from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.settings import Settings
@@ -278,25 +278,12 @@ async def bench_kafka(
             output.close()
     finally:
         await log.close()
-        await delete_topics(bootstrap, prefix)
+        await delete_prefixed_topics(bootstrap, prefix)
     ready = ready_at[0] if ready_at else began
     return (
         Result("faust worker (kafka)", reports, done - began, "process start -> all samples"),
         Result("faust worker (kafka)", reports, done - ready, "Ready -> all samples (catch-up)"),
     )
-
-
-async def delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
 
 
 # -- output ------------------------------------------------------------------------------

@@ -305,7 +305,7 @@ async def run_kafka_variant(
     samples are committed: the worker never has a backlog to buffer, as in a soak."""
     import psutil
 
-    from bench.join_throughput import delete_topics
+    from reef.log.kafka import delete_prefixed_topics as delete_topics
 
     prefix = f"bench-mem-{uuid.uuid4().hex[:8]}-"
     log = KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-bench-memory")

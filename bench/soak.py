@@ -65,6 +65,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reef.demo import grade, words
+from reef.log.kafka import delete_prefixed_topics
 from tests.support.servers import (
     REPO_ROOT,
     ManagedProcess,
@@ -198,7 +199,7 @@ class Deployment:
         for managed in reversed(self.extra.values()):
             managed.stop(30)
         if self.topic_prefix and self.bootstrap:
-            asyncio.run(_delete_topics(self.bootstrap, self.topic_prefix))
+            asyncio.run(delete_prefixed_topics(self.bootstrap, self.topic_prefix))
 
 
 def recipe_config(state: Path, batch: int, eval_words: list[str]) -> Path:
@@ -283,22 +284,9 @@ def start_kafka(work: Path, config: Path, bootstrap: str) -> Deployment:
     except BaseException:
         for managed in extra.values():
             managed.stop(30)
-        asyncio.run(_delete_topics(bootstrap, prefix))
+        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
         raise
     return Deployment("kafka", reef, extra, prefix, bootstrap)
-
-
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
 
 
 # ---------------------------------------------------------------------------

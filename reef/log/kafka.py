@@ -304,6 +304,22 @@ async def _reached(consumer: AIOKafkaConsumer, tp: TopicPartition, stop: int) ->
     return int(await consumer.position(tp)) >= stop
 
 
+async def delete_prefixed_topics(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic named ``prefix...`` (a namespaced deployment's topics, its
+    changelogs and key topic: test and benchmark teardown); returns the names deleted."""
+    if not prefix:
+        raise ValueError("refusing to delete topics without a prefix")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+    return mine
+
+
 def _translate(exc: KafkaError) -> Exception:
     if isinstance(exc, UnknownTopicOrPartitionError):  # no metadata for it within the timeout
         return UnknownTopicError(f"unknown topic: {exc}")

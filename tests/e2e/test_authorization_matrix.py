@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reef.log.kafka import delete_prefixed_topics
 from reef.topics import LOG_TOPICS, RELEASES, SAMPLES
 from tests.e2e.conftest import (
     Offsets,
@@ -179,20 +180,7 @@ def topic_prefix(log_kind: str, request: pytest.FixtureRequest) -> Iterator[str]
     prefix = f"t-authz-{secrets.token_hex(5)}-"
     yield prefix
     if log_kind == "kafka":
-        asyncio.run(_delete_topics(request.getfixturevalue("kafka_bootstrap"), prefix))
-
-
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
+        asyncio.run(delete_prefixed_topics(request.getfixturevalue("kafka_bootstrap"), prefix))
 
 
 @pytest.fixture(scope="module")

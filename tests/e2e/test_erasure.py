@@ -39,10 +39,11 @@ from reef.events import SampleJoined
 from reef.eventstore import StoredEvent, readable_store
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
+from reef.log.kafka import delete_prefixed_topics
 from reef.stack import kafka as stack_kafka
 from reef.stack.paths import StackSettings
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
-from tests.e2e.test_releases import _delete_topics, start_streams
+from tests.e2e.test_releases import start_streams
 from tests.support.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 
 TIMEOUT = 60.0
@@ -213,7 +214,7 @@ def deployment(
         if process is not None:
             process.stop()
         worker.managed.stop(timeout=20)
-        _run(_delete_topics(bootstrap, prefix))
+        _run(delete_prefixed_topics(bootstrap, prefix))
 
 
 def serve(dep: Deployment, name: str, large: bool = False) -> Exchange:

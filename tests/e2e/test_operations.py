@@ -63,6 +63,7 @@ from reef.eventstore import EventStore, StoredEvent, readable_store
 from reef.ids import EMPTY_CONTENT_ID, new_receipt, release_id
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
+from reef.log.kafka import delete_prefixed_topics
 from reef.processors.join import JoinProcessor
 from reef.processors.state import DictState
 from reef.releases import ContentStore
@@ -1014,19 +1015,6 @@ def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
     return StreamsWorker(ManagedProcess(argv, process, out, err))
 
 
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
-
-
 def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -> None:
     """The worker's group has committed every input record (its changelogs are complete)."""
     from reef.processors.catalog import processors
@@ -1185,4 +1173,4 @@ def test_disaster_recovery_from_kafka_alone(
         for process in processes:
             process.stop()
         worker.managed.stop(timeout=20)
-        _run(_delete_topics(kafka_bootstrap, prefix))
+        _run(delete_prefixed_topics(kafka_bootstrap, prefix))

@@ -50,6 +50,7 @@ from reef.eventstore import EventStore, readable_store
 from reef.ids import release_id as chain_release_id
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
+from reef.log.kafka import delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.releases import ContentStore, IncompleteContentError, open_store
 from reef.settings import Settings
@@ -296,19 +297,6 @@ def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
     return StreamsWorker(ManagedProcess(argv, process, out, err))
 
 
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture(scope="module")
 def kafka_s3(
     kafka_bootstrap: str,
@@ -370,7 +358,7 @@ def kafka_s3(
         if process is not None:
             process.stop()
         worker.managed.stop(timeout=20)
-        _run(_delete_topics(kafka_bootstrap, prefix))
+        _run(delete_prefixed_topics(kafka_bootstrap, prefix))
         client = s3.client()
         for obj in client.list_objects(s3.bucket, prefix=s3_prefix + "/", recursive=True):
             client.remove_object(s3.bucket, obj.object_name)

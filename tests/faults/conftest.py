@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from reef import topics
-from reef.log.kafka import KafkaLog
+from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from tests.support.servers import (
     ManagedProcess,
     UpstreamProcess,
@@ -101,19 +101,6 @@ def kafka_flags(bootstrap: str, prefix: str) -> list[str]:
     return ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
 
 
-async def _delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
 def kafka_prefix() -> Iterator[Callable[[str], str]]:
     """``kafka_prefix(bootstrap)``: a fresh topic prefix with Reef's topics created."""
@@ -129,7 +116,7 @@ def kafka_prefix() -> Iterator[Callable[[str], str]]:
     yield make
     for bootstrap, prefix in made:
         try:
-            asyncio.run(asyncio.wait_for(_delete_topics(bootstrap, prefix), 60))
+            asyncio.run(asyncio.wait_for(delete_prefixed_topics(bootstrap, prefix), 60))
         except Exception as exc:  # cleanup must not hide the test's own outcome
             print(f"could not delete topics {prefix}* on {bootstrap}: {exc!r}")
 

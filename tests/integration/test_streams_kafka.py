@@ -34,7 +34,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from reef import topics
 from reef.events import (
@@ -48,7 +47,7 @@ from reef.events import (
 )
 from reef.eventstore import EventStore
 from reef.ids import derived_id, release_id
-from reef.log.kafka import KafkaLog
+from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.replay import _changelog_table, replay, state_digest
 from reef.settings import Settings
 from streams.app import APP_ID
@@ -81,14 +80,7 @@ async def prefix(kafka_bootstrap: str) -> AsyncIterator[str]:
     await log.ensure_topics(list(topics.ALL_TOPICS))
     await log.close()
     yield name
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(name)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
+    await delete_prefixed_topics(kafka_bootstrap, name)
 
 
 @pytest.fixture

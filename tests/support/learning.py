@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from reef.log.base import EventLog
+from reef.log.kafka import delete_prefixed_topics
 from reef.topics import SAMPLES
 from tests.support.servers import (
     ManagedProcess,
@@ -157,19 +158,6 @@ def kafka_flags(bootstrap: str, prefix: str) -> list[str]:
     return ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
 
 
-async def delete_topics(bootstrap: str, prefix: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
-
-
 def start_trainer(
     argv_log: list[str], state_dir: Path, env: Mapping[str, str], log_dir: Path, name: str
 ) -> ManagedProcess:
@@ -241,4 +229,4 @@ def learning_deployment(
         if reef is not None:
             reef.stop()
         worker.managed.stop(timeout=20)
-        asyncio.run(delete_topics(kafka_bootstrap, prefix))
+        asyncio.run(delete_prefixed_topics(kafka_bootstrap, prefix))
