@@ -1,13 +1,20 @@
 """SIGKILL ``reef trainer`` mid-step, three times: no sample is trained into two releases,
 no committed release is lost, and training resumes until every sample is consumed.
 
-``reef serve`` (embedded log, scripted upstream, its own trainer off) records exchanges
-and reports; the trainer runs beside it as a separate process on the same embedded log
-file, with a torch-free recipe whose "training" takes a while
-(tests/support/fake_recipe.py: every candidate scores its parent + 0.1, so the head's
-score counts the releases it descends from). The kills land in three places: while a
-candidate trains, right after its proposal was appended (before the chain decided it),
-and right after a release committed (before or after the offsets are).
+Both logs (``log_kind``, tests/support/learning.py):
+
+* ``embedded``: ``reef serve`` (scripted upstream, its own trainer off) records exchanges
+  and reports; the trainer runs beside it as a separate process on the same embedded log
+  file;
+* ``kafka``: ``reef serve --log kafka`` on a topic prefix of its own, a ``reef streams``
+  worker (the join and the release chain) and ``reef trainer --log kafka`` processes
+  sharing serve's state dir (the local artifact store); the topics are deleted at the end.
+
+The recipe is torch-free and its "training" takes a while (tests/support/fake_recipe.py:
+every candidate scores its parent + 0.1, so the head's score counts the releases it
+descends from). The kills land in three places: while a candidate trains, right after
+its proposal was appended (before the chain decided it), and right after a release
+committed (before or after the offsets are).
 """
 
 from __future__ import annotations
@@ -25,16 +32,14 @@ import pytest
 from reef.events import Event, ReleaseCommitted, ReleaseRejected, SampleJoined
 from reef.eventstore import EventStore
 from reef.topics import RELEASES, SAMPLES
-from tests.e2e.conftest import open_log, unique_scenario
-from tests.support.servers import (
-    ManagedProcess,
-    ReefProcess,
-    UpstreamProcess,
-    clean_env,
-    reef_executable,
-    spawn,
-    start_reef,
+from tests.e2e.conftest import unique_scenario
+from tests.support.learning import (
+    LearningDeployment,
+    kafka_flags,
+    learning_deployment,
+    start_trainer,
 )
+from tests.support.servers import ManagedProcess, UpstreamProcess
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +51,8 @@ TOKEN = "reef-crash-token"
 
 @pytest.fixture
 def deployment(
-    tmp_path: Path, upstream: UpstreamProcess
-) -> Iterator[tuple[ReefProcess, dict[str, str]]]:
+    request: pytest.FixtureRequest, log_kind: str, tmp_path: Path, upstream: UpstreamProcess
+) -> Iterator[tuple[LearningDeployment, dict[str, str]]]:
     config = tmp_path / "recipe.yaml"
     config.write_text(
         f"recipe:\n  batching: {{batch_size: {BATCH}}}\n"
@@ -59,18 +64,23 @@ def deployment(
         "REEF_RECIPE_CONFIG": str(config),
         "REEF_TRAINER_IN_PROCESS": "false",
     }
-    reef = start_reef(
-        ["--upstream-url", upstream.v1_url], env=env, state_dir=tmp_path / "state", name="crash"
-    )
-    try:
-        yield reef, env
-    finally:
-        reef.stop()
+    bootstrap = request.getfixturevalue("kafka_bootstrap") if log_kind == "kafka" else None
+    with learning_deployment(
+        log_kind,
+        tmp_path,
+        env,
+        token=TOKEN,
+        group=f"trainer:{RECIPE}",
+        kafka_bootstrap=bootstrap,
+        reef_args=("--upstream-url", upstream.v1_url),
+        with_trainer=False,
+    ) as found:
+        yield found, env
 
 
-def record_workload(reef: ReefProcess, scenario: str) -> None:
+def record_workload(base_url: str, scenario: str) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": scenario}
-    with httpx.Client(base_url=reef.base_url, headers=headers, timeout=30.0) as client:
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
         for index in range(SAMPLES_TOTAL):
             word = f"w{index}"
             body = {
@@ -87,9 +97,9 @@ def record_workload(reef: ReefProcess, scenario: str) -> None:
             assert client.post("/reef/report", json=report).status_code in (200, 201, 202)
 
 
-def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
+def events(deployment: LearningDeployment, topic: str, scenario: str) -> list[Event]:
     async def read() -> list[Event]:
-        log = open_log("embedded", state_dir, None)
+        log = deployment.open_log()
         try:
             return [
                 s.event
@@ -102,12 +112,19 @@ def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
     return asyncio.run(read())
 
 
-def start_trainer(state_dir: Path, env: dict[str, str], log_dir: Path, n: int) -> ManagedProcess:
-    argv = [reef_executable(), "trainer", "--state-dir", str(state_dir)]
-    return spawn(argv, env=clean_env(env), log_dir=log_dir, name=f"trainer-{n}")
+def trainer_process(
+    deployment: LearningDeployment, env: dict[str, str], log_dir: Path, n: int
+) -> ManagedProcess:
+    """``reef trainer`` on the deployment's log, sharing serve's state dir."""
+    flags = (
+        kafka_flags(deployment.kafka_bootstrap, deployment.topic_prefix)
+        if deployment.kafka_bootstrap is not None
+        else []
+    )
+    return start_trainer(flags, deployment.state_dir, env, log_dir, f"trainer-{n}")
 
 
-def wait_for_line(process: ManagedProcess, text: str, after: int, timeout: float = 60.0) -> None:
+def wait_for_line(process: ManagedProcess, text: str, after: int, timeout: float = 90.0) -> None:
     """Poll (every 10 ms) until ``text`` occurs more than ``after`` times in stderr."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,42 +136,51 @@ def wait_for_line(process: ManagedProcess, text: str, after: int, timeout: float
 
 
 def test_sigkill_mid_step_loses_nothing_and_trains_nothing_twice(
-    deployment: tuple[ReefProcess, dict[str, str]], tmp_path: Path
+    deployment: tuple[LearningDeployment, dict[str, str]], tmp_path: Path
 ) -> None:
-    reef, env = deployment
+    deployed, env = deployment
     scenario = unique_scenario("crash")
-    record_workload(reef, scenario)
-    deadline = time.monotonic() + 60
-    while len(events(reef.state_dir, SAMPLES, scenario)) < SAMPLES_TOTAL:
+    began = time.monotonic()
+    record_workload(deployed.base_url, scenario)
+    deadline = time.monotonic() + 90
+    while len(events(deployed, SAMPLES, scenario)) < SAMPLES_TOTAL:
         assert time.monotonic() < deadline, "the join did not produce every sample"
+        deployed.alive()
         time.sleep(0.2)
-    sample_ids = {e.event_id for e in events(reef.state_dir, SAMPLES, scenario)}
+    sample_ids = {e.event_id for e in events(deployed, SAMPLES, scenario)}
+    assert len(sample_ids) == SAMPLES_TOTAL
 
     kill_points = [
         ("training ", 0.4),  # inside produce (1 s of "training")
         ("proposed ", 0.0),  # the proposal is in the log, the chain has not decided yet
         ("committed for", 0.0),  # the release committed; offsets maybe not yet
     ]
+    logs = tmp_path / "logs"
     for n, (line, delay) in enumerate(kill_points):
-        trainer = start_trainer(reef.state_dir, env, tmp_path / "logs", n)
+        trainer = trainer_process(deployed, env, logs, n)
         wait_for_line(trainer, line, 0)
         time.sleep(delay)
         trainer.process.kill()  # SIGKILL
         trainer.process.wait()
 
-    final = start_trainer(reef.state_dir, env, tmp_path / "logs", len(kill_points))
+    final = trainer_process(deployed, env, logs, len(kill_points))
     try:
         deadline = time.monotonic() + 120
         while True:
             committed = [
                 e
-                for e in events(reef.state_dir, RELEASES, scenario)
+                for e in events(deployed, RELEASES, scenario)
                 if isinstance(e, ReleaseCommitted) and e.operation == "training"
             ]
             consumed = [s for e in committed for s in e.sample_ids]
-            if set(consumed) == sample_ids or time.monotonic() > deadline:
+            # done: every sample in a release, and the group's offsets past all of them
+            if set(consumed) == sample_ids and deployed.trainer_caught_up(SAMPLES_TOTAL):
                 break
+            assert time.monotonic() < deadline, (
+                f"{len(set(consumed))}/{SAMPLES_TOTAL} samples trained in 120 s\n" + final.output()
+            )
             assert final.running(), final.output()
+            deployed.alive()
             time.sleep(0.5)
     finally:
         final.stop()
@@ -163,18 +189,21 @@ def test_sigkill_mid_step_loses_nothing_and_trains_nothing_twice(
     assert len(consumed) == len(set(consumed)), "a sample was trained into two releases"
     assert set(consumed) == sample_ids
     # no committed release lost: one line of releases, each built on the previous head
-    releases = events(reef.state_dir, RELEASES, scenario)
+    releases = events(deployed, RELEASES, scenario)
     heads = [e for e in releases if isinstance(e, ReleaseCommitted)]
+    assert heads[0].operation == "creation"
     for parent, child in itertools.pairwise(heads):
         assert child.parent_release_id == parent.release_id
     assert len(committed) == SAMPLES_TOTAL // BATCH
     scores = [json.loads(e.evaluation_json)["candidate"]["score"] for e in committed]
     assert scores == pytest.approx([0.1 * (i + 1) for i in range(len(committed))])
     rejected = [e.reason for e in releases if isinstance(e, ReleaseRejected)]
-    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("trainer-*.stderr.log")))
+    text = "".join(p.read_text() for p in sorted(logs.glob("trainer-*.stderr.log")))
     print(
-        f"releases {len(committed)}, chain rejections {rejected}, restarts that waited for "
-        f"an earlier proposal: {logs.count('waiting for the chain' + chr(39) + 's decision')}",
+        f"{deployed.kind}: releases {len(committed)}, chain rejections {rejected}, restarts "
+        f"that waited for an earlier proposal: "
+        f"{text.count('waiting for the chain' + chr(39) + 's decision')}, "
+        f"{time.monotonic() - began:.0f} s",
         flush=True,
     )
-    assert all(isinstance(e, SampleJoined) for e in events(reef.state_dir, SAMPLES, scenario))
+    assert all(isinstance(e, SampleJoined) for e in events(deployed, SAMPLES, scenario))

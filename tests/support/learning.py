@@ -184,8 +184,12 @@ def learning_deployment(
     group: str,
     kafka_bootstrap: str | None = None,
     reef_args: tuple[str, ...] = (),
+    with_trainer: bool = True,
 ) -> Iterator[LearningDeployment]:
-    """Start the deployment of ``kind`` (``env`` configures reef serve and the trainer)."""
+    """Start the deployment of ``kind`` (``env`` configures reef serve and the trainer).
+
+    ``with_trainer=False``: no ``reef trainer`` process on Kafka (a test starts its own
+    with :func:`start_trainer`; on the embedded log ``env`` decides the in-process one)."""
     state = work / "state"
     if kind == "embedded":
         reef = start_reef(
@@ -212,7 +216,8 @@ def learning_deployment(
             [*flags, *reef_args], env=env, state_dir=state, timeout=240.0, name="reef-learning"
         )
         worker.wait_ready()
-        trainer = start_trainer(flags, state, env, work / "logs", "trainer")
+        if with_trainer:
+            trainer = start_trainer(flags, state, env, work / "logs", "trainer")
         yield LearningDeployment(
             kind,
             reef,
