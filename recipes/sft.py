@@ -4,10 +4,22 @@ Each admitted sample becomes one (conversation, target) example from its last tu
 the report's ``correction`` when it carries one (``feedback.correction`` or
 ``metadata.correction``: the answer that should have been given), else the recorded
 answer when the score is at least ``training.imitate_min_score``. Anything else has no
-training signal and is rejected (``no_training_signal``). Training starts from the
-parent release's full weights (the creation release: ``training.base_model``) and
-writes a Hugging Face folder the engine loads from disk. Evaluation decodes greedily on
-the held-out ``evaluation`` tasks and grades each answer (mean score).
+training signal and is rejected (``no_training_signal``).
+
+``training.method`` chooses what a candidate is:
+
+* ``full`` (default): training starts from the parent release's full weights (the
+  creation release: ``training.base_model``) and writes a Hugging Face folder the
+  engine loads from disk.
+* ``lora``: a PEFT LoRA adapter over ``training.base_model`` (:mod:`trainers.lora`).
+  Every release is a *complete* adapter over that same base: a candidate continues
+  training the parent release's adapter (the creation release starts a fresh one), so
+  the engine serves ``base + adapter`` of the head alone. A parent that holds full
+  weights cannot be continued (the engine applies an adapter to its own base model, not
+  to a full-weight release's weights): that fails with a TrainingError.
+
+Evaluation decodes greedily on the held-out ``evaluation`` tasks and grades each answer
+(mean score); an adapter is evaluated merged onto the base, as the engine serves it.
 """
 
 from __future__ import annotations
@@ -30,9 +42,31 @@ from recipes.errors import EvaluationError, TrainingError
 from recipes.samples import Sample
 from recipes.tasks import TaskSet
 
+#: the linear layers of a Llama-style decoder block (PEFT's module names)
+LLAMA_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(StrictModel):
+    """The adapter's shape (``training.method: lora``); PEFT's LoraConfig fields."""
+
+    r: int = Field(default=16, ge=1, description="Rank of the update matrices.")
+    alpha: int = Field(
+        default=32, ge=1, description="Scaling numerator (lora_alpha); scale alpha/r."
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: tuple[str, ...] = Field(
+        default=LLAMA_LINEAR_MODULES,
+        min_length=1,
+        description="Names of the linear modules that get an adapter.",
+    )
+
 
 class SftTraining(StrictModel):
     backend: Literal["torch"] = Field(default="torch", description="Training backend.")
+    method: Literal["full", "lora"] = Field(
+        default="full", description="full: all weights; lora: a PEFT adapter over base_model."
+    )
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="method lora: shape.")
     base_model: str = Field(
         default="tiny", description="Creation weights: built-in name or HF folder."
     )
@@ -45,6 +79,12 @@ class SftTraining(StrictModel):
     max_length: int = Field(default=512, ge=8, description="Longest example in tokens (then cut).")
     threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
     seed: int = Field(default=0, description="Seed of the training RNG.")
+
+    @model_validator(mode="after")
+    def _lora_needs_method(self) -> SftTraining:
+        if "lora" in self.model_fields_set and self.method != "lora":
+            raise ValueError("training.lora is set but training.method is not 'lora'")
+        return self
 
 
 class SftConfig(RecipeConfig):
@@ -74,8 +114,6 @@ class SftRecipe(Recipe[SftConfig]):
         )
 
     def produce(self, batch: Batch, parent: Parent, out_dir: Path) -> Candidate:
-        from trainers import torch_backend
-
         examples = [
             e
             for s in batch.samples
@@ -83,7 +121,14 @@ class SftRecipe(Recipe[SftConfig]):
         ]
         if not examples:
             raise TrainingError("no sample of the batch carries a training signal")
-        metrics = torch_backend.train_sft(parent.folder, examples, out_dir, self.config.training)
+        if self.config.training.method == "lora":
+            from trainers.lora import train_sft_lora
+
+            metrics = train_sft_lora(parent.folder, examples, out_dir, self.config.training)
+        else:
+            from trainers.torch_backend import train_sft
+
+            metrics = train_sft(parent.folder, examples, out_dir, self.config.training)
         return Candidate(out_dir, metrics)
 
     def evaluate(self, folder: Path | None) -> Evaluation:

@@ -9,6 +9,9 @@ models' tokenizer (the engine's own) is written beside them.
 
 Weights read from a folder are copied into private memory first: the folder may be a
 shared cache whose files must never change under a reader (see reef.engine.loader).
+
+LoRA training (:mod:`trainers.lora`) reuses the example encoding and the optimiser loop;
+evaluation applies an adapter release to the base as the engine does (:func:`load_serving`).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def torch_threads(count: int) -> Iterator[None]:
 
 
 def load(folder: Path | None, base_model: str) -> tuple[torch.nn.Module, Any]:
-    """The release's model (fp32, private memory) and the tokenizer to use with it."""
+    """The release's full-weight model (fp32, private memory) and the tokenizer to use
+    with it; a LoRA adapter folder is refused (see :func:`load_serving`)."""
     spec = base_model if folder is None else str(folder)
     builtin = base_model in BUILTIN_MODELS
     if spec in BUILTIN_MODELS:
@@ -71,6 +75,22 @@ def load(folder: Path | None, base_model: str) -> tuple[torch.nn.Module, Any]:
         for tensor in [*model.parameters(), *model.buffers()]:
             tensor.data = tensor.data.clone()
     return model, tokenizer
+
+
+def load_serving(folder: Path | None, base_model: str) -> tuple[torch.nn.Module, Any]:
+    """The model as the engine serves the release: full weights as they are, a PEFT
+    adapter merged onto ``base_model`` by the engine's own code
+    (:func:`reef.engine.adapters.merge_adapter`)."""
+    if folder is None or not (folder / ADAPTER_MARKER).is_file():
+        return load(folder, base_model)
+    from reef.engine.adapters import merge_adapter
+    from reef.engine.errors import AdapterError
+
+    base, tokenizer = load(None, base_model)
+    try:
+        return merge_adapter(base, folder), tokenizer
+    except AdapterError as exc:
+        raise TrainingError(f"cannot apply adapter {folder} to {base_model!r}: {exc}") from exc
 
 
 def prompt_ids(tokenizer: Any, messages: Conversation) -> list[int]:
@@ -117,19 +137,15 @@ def train_sft(
     with torch_threads(options.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(options.seed)
         model, tokenizer = load(parent, options.base_model)
-        rows = [encode_example(tokenizer, m, t, options.max_length) for m, t in examples]
-        chunks = [
-            _padded(rows[i : i + micro_batch], int(tokenizer.pad_token_id or 0))
-            for i in range(0, len(rows), micro_batch)
-        ]
-        losses = _optimise(model, chunks, options)
+        chunks = sft_chunks(tokenizer, examples, options.max_length, micro_batch)
+        losses = optimise(model, chunks, options)
         out_dir.mkdir(parents=True, exist_ok=True)
         saver: Any = model  # transformers' save_pretrained is untyped
         saver.save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
         make_portable(out_dir)
     return {
-        "examples": float(len(rows)),
+        "examples": float(len(examples)),
         "steps": float(options.steps),
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -137,14 +153,29 @@ def train_sft(
     }
 
 
-def _optimise(
+def sft_chunks(
+    tokenizer: Any, examples: Sequence[tuple[Conversation, str]], max_length: int, micro_batch: int
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The examples encoded and padded, ``micro_batch`` rows per (ids, labels, mask)."""
+    rows = [encode_example(tokenizer, m, t, max_length) for m, t in examples]
+    return [
+        _padded(rows[i : i + micro_batch], int(tokenizer.pad_token_id or 0))
+        for i in range(0, len(rows), micro_batch)
+    ]
+
+
+def optimise(
     model: torch.nn.Module,
     chunks: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     options: SftTraining,
 ) -> list[float]:
+    """``options.steps`` full-batch AdamW steps on the trainable parameters (all of a
+    full model's, the adapter's of a PEFT model); the loss per step."""
     model.train(True)
     optimiser = torch.optim.AdamW(
-        model.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay
+        [p for p in model.parameters() if p.requires_grad],
+        lr=options.learning_rate,
+        weight_decay=options.weight_decay,
     )
     tokens = sum(int((labels != IGNORE).sum()) for _, labels, _ in chunks)
     losses = []
@@ -255,9 +286,10 @@ def generate_greedy(
     max_new_tokens: int,
     threads: int = 1,
 ) -> list[str]:
-    """Greedy answers (the engine's decoding at temperature 0), decoded without specials."""
+    """Greedy answers (the engine's decoding at temperature 0), decoded without specials;
+    ``folder`` may be full weights or a LoRA adapter over ``base_model``."""
     with torch_threads(threads):
-        model, tokenizer = load(folder, base_model)
+        model, tokenizer = load_serving(folder, base_model)
         model.train(False)
         prompts = [prompt_ids(tokenizer, c) for c in conversations]
         eos = int(tokenizer.eos_token_id)
