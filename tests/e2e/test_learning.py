@@ -10,16 +10,18 @@ Two deployments run the same test (``log_kind``):
   own, a ``reef streams`` worker and a separate ``reef trainer --log kafka`` process
   (tests/support/learning.py).
 
-The toy task: "Return exactly: <word>" → the word (3 to 6 letters), graded by
-:func:`recipes.tasks.exact` (1.0 for the word, else partial credit by position). The mean
-score of the *served* model on held-out prompts (greedy, through Reef's API) is measured
-after every round.
+The toy tasks are on pseudo-words of 3 to 6 letters, graded by :func:`recipes.tasks.exact`
+(1.0 for the answer, else partial credit by position): "Return exactly: <word>" → the
+word (sft), "First letter of: <word>" → its first letter (grpo). The mean score of the
+*served* model on held-out prompts (greedy, through Reef's API) is measured after every
+round.
 
 * ``sft``: the grader reports every answer with its score and the correction (the word);
   the served score must rise from below 0.2 to above 0.7 across at least three committed
   releases. Then a deliberately worse batch (corrections are the reversed words) must be
   rejected by the gate, leaving the served outputs unchanged.
-* ``grpo`` (embedded): see :func:`test_grpo_learns_from_scores_alone`.
+* ``grpo``: scores alone (no correction), grouped by prompt; the same two claims (see
+  :func:`test_grpo_the_served_model_learns_from_scores_alone_and_the_gate_refuses_a_worse_one`).
 """
 
 from __future__ import annotations
@@ -65,15 +67,37 @@ WORDS = pseudo_words(620, seed=11)
 TRAIN, TRAINER_EVAL, MEASURE = WORDS[:500], WORDS[500:560], WORDS[560:620]
 
 
+@dataclass(frozen=True)
+class ToyTask:
+    """A toy task on a word: the prompt and the expected answer, graded by
+    :func:`recipes.tasks.exact` (1.0 for the answer, else partial credit by position)."""
+
+    instruction: str
+    answer: Callable[[str], str]
+
+    def prompt(self, word: str) -> str:
+        return f"{self.instruction}{word}"
+
+    def score(self, output: str, word: str) -> float:
+        return exact(output, self.answer(word))
+
+
+COPY = ToyTask("Return exactly: ", lambda word: word)
+FIRST_LETTER = ToyTask("First letter of: ", lambda word: word[0])
+
+
 def prompt(word: str) -> str:
-    return f"Return exactly: {word}"
+    return COPY.prompt(word)
 
 
-def write_recipe(tmp: Path, body: str) -> Path:
+def write_recipe(tmp: Path, body: str, task: ToyTask = COPY) -> Path:
     """A deployment file whose recipe evaluates on the trainer's held-out words."""
     tasks = tmp / "trainer-eval.jsonl"
     tasks.write_text(
-        "".join(json.dumps({"prompt": prompt(w), "answer": w}) + "\n" for w in TRAINER_EVAL)
+        "".join(
+            json.dumps({"prompt": task.prompt(w), "answer": task.answer(w)}) + "\n"
+            for w in TRAINER_EVAL
+        )
     )
     config = tmp / "learning.yaml"
     config.write_text(
@@ -93,6 +117,7 @@ class Loop:
 
     deployment: LearningDeployment
     scenario: str
+    task: ToyTask = COPY
     reports: int = 0
 
     def client(self) -> httpx.Client:
@@ -110,7 +135,7 @@ class Loop:
         """(answer, receipt, serving release) for one request (greedy by default)."""
         body = {
             "model": "tiny",
-            "messages": [{"role": "user", "content": prompt(word)}],
+            "messages": [{"role": "user", "content": self.task.prompt(word)}],
             "temperature": 0,
             "max_tokens": 10,
             **sampling,
@@ -148,7 +173,7 @@ class Loop:
         head = self.wait_engine_on_head()
         measured = self.ask_all(MEASURE)
         assert {served for _, _, served in measured} == {head}
-        return head, mean_score(measured, MEASURE), [answer for answer, _, _ in measured]
+        return head, mean_score(measured, MEASURE, self.task), [a for a, _, _ in measured]
 
     def post_reports(self, bodies: list[dict[str, Any]]) -> None:
         with self.client() as client:
@@ -178,8 +203,8 @@ class Loop:
         self.deployment.wait_trainer_done(self.reports)
 
 
-def mean_score(results: list[Answer], words: list[str]) -> float:
-    total = sum(exact(answer, w) for (answer, _, _), w in zip(results, words, strict=True))
+def mean_score(results: list[Answer], words: list[str], task: ToyTask = COPY) -> float:
+    total = sum(task.score(answer, w) for (answer, _, _), w in zip(results, words, strict=True))
     return total / len(words)
 
 
@@ -240,20 +265,19 @@ def test_the_served_model_learns_from_corrections_and_the_gate_refuses_a_worse_o
     assert len(releases) >= 4, history  # the creation release + at least 3 committed
     assert elapsed < BUDGET_S
 
-    def worse(words: list[str]) -> None:  # corrections are the reversed words
+    def worse() -> None:  # corrections are the reversed words
+        words = rng.sample(TRAIN, TRAIN_BATCH)
         loop.report(loop.ask_all(words), words, inverted=True)
 
-    assert_worse_batch_rejected(loop, rng, worse)
+    assert_worse_batch_rejected(loop, worse)
 
 
-def assert_worse_batch_rejected(
-    loop: Loop, rng: random.Random, post_worse: Callable[[list[str]], None]
-) -> None:
+def assert_worse_batch_rejected(loop: Loop, post_worse: Callable[[], None]) -> None:
     """A deliberately worse batch (``post_worse`` reports inverted scores) is trained,
     rejected by the gate, and the engine keeps serving the same answers."""
     head, _, before = loop.measure()
     rejected_before = loop.deployment.wait_trainer_status()["candidates"]["rejected"]
-    post_worse(rng.sample(TRAIN, TRAIN_BATCH))
+    post_worse()
     loop.trainer_done()
     time.sleep(2.0)  # a wrongly accepted release would be loaded by now
     assert loop.serving() == (head, head)
@@ -263,7 +287,10 @@ def assert_worse_batch_rejected(
     assert trainer["candidates"]["rejected"] == rejected_before + 1, trainer
     assert trainer["error"] is None
     if "steps" in trainer:  # the in-process trainer shows its step history
-        assert trainer["steps"][-1]["outcome"] == "gate_rejected", trainer["steps"][-1]
+        last = trainer["steps"][-1]
+        decided = {k: last.get(k) for k in ("outcome", "candidate_score", "baseline_score")}
+        print(f"worse batch: {decided}", flush=True)
+        assert last["outcome"] == "gate_rejected", last
     else:
         assert "rejected (gate_rejected)" in loop.deployment.trainer_log()
 
@@ -271,18 +298,20 @@ def assert_worse_batch_rejected(
 # ---------------------------------------------------------------------------
 # grpo: learning from scores alone
 
-GROUP_SIZE = 16  # answers sampled per prompt (one group)
-PROMPTS = 8  # groups per round (one batch)
-TEMPERATURE = 0.7  # exploration: the engine records the raw policy's logprobs
-GRPO_CHECK_ROUNDS = 3
-WARM_ROUNDS = 3
+GROUP_SIZE = 8  # answers sampled per prompt (one group)
+PROMPTS = 32  # groups per round (one batch)
+TEMPERATURE = 1.0  # sample from the policy the engine records logprobs of
+GRPO_MAX_ROUNDS = 14  # ~0.7 after 4-8 rounds in 5 seeded runs (see the test)
+WARM_ROUNDS = 8
 
 
 def warm_start(folder: Path) -> Path:
-    """The creation release's weights: the tiny model after a short imitation warm-up
-    (3 x 30 AdamW steps on 32 training words), which copies words poorly (held-out score
-    below 0.2). From the random tiny model a policy gradient has nothing to work with:
-    it never samples a right answer (reference/learning-notes.md)."""
+    """The creation release's weights: the tiny model after a short imitation warm-up on
+    the *copy* task (8 x 30 AdamW steps on 32 training words). It has never seen the grpo
+    task ("First letter of: <word>"), to which it answers with (a garbled copy of) the
+    whole word: held-out score ~0.1 (partial credit for the first letter). From the
+    random tiny model a policy gradient has nothing to work with: it never samples a
+    right answer (reference/learning-notes.md)."""
     from recipes.sft import SftTraining
     from trainers.torch_backend import train_sft
 
@@ -290,7 +319,7 @@ def warm_start(folder: Path) -> Path:
     parent: Path | None = None
     for index in range(WARM_ROUNDS):
         words = rng.sample(TRAIN, 32)
-        examples = [([{"role": "user", "content": prompt(w)}], w) for w in words]
+        examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
         out = folder / f"warm-{index}"
         train_sft(parent, examples, out, SftTraining(steps=30, learning_rate=3e-3))
         parent = out
@@ -299,59 +328,89 @@ def warm_start(folder: Path) -> Path:
 
 
 @pytest.fixture
-def grpo_loop(tmp_path: Path) -> Iterator[Loop]:
+def grpo_loop(request: pytest.FixtureRequest, log_kind: str, tmp_path: Path) -> Iterator[Loop]:
     scenario = unique_scenario("grpo")
     config = write_recipe(
         tmp_path,
         "  eligibility: {max_staleness: 0}\n"
         f"  batching: {{group_by: prompt_id, group_size: {GROUP_SIZE}, batch_size: {PROMPTS}}}\n"
-        "  training: {steps: 4, learning_rate: 0.0003, clip: 0.2}\n",
+        "  training: {steps: 4, learning_rate: 0.0005, clip: 0.2}\n",
+        FIRST_LETTER,
     )
     env = engine_env(scenario, "grpo", config)
     env["REEF_SEED_DIR"] = str(warm_start(tmp_path / "warm"))
+    bootstrap = request.getfixturevalue("kafka_bootstrap") if log_kind == "kafka" else None
     with learning_deployment(
-        "embedded", tmp_path, env, token=TOKEN, group="trainer:grpo"
+        log_kind, tmp_path, env, token=TOKEN, group="trainer:grpo", kafka_bootstrap=bootstrap
     ) as deployment:
-        yield Loop(deployment, scenario)
+        yield Loop(deployment, scenario, FIRST_LETTER)
 
 
-def test_grpo_trains_gated_candidates_from_recorded_tokens(grpo_loop: Loop) -> None:
-    """``grpo`` end to end, from scores alone (no correction): every round the served
-    model answers each of 8 training prompts 16 times at temperature 0.7 with
-    ``"logprobs": true`` (the engine's token ids and logprobs are recorded); the grader
-    reports each answer's score with ``metadata.prompt_id``; the trainer forms groups by
-    prompt, computes group-relative advantages, takes clipped-ratio policy steps from the
-    recorded tokens and logprobs, and the gate (win_margin on 60 other held-out words)
-    decides; the engine serves exactly the committed releases.
-
-    What this does NOT show is the issue's learning target (held-out score from below 0.2
-    to above 0.7): on this task the tiny model learns too slowly from a policy gradient.
-    Measured (2 cores): 0.177 -> 0.199 over 40 rounds (213 s, 11 committed releases);
-    offline, from the random model 0.010 -> 0.017 in 15 rounds, and from a 0.16 warm
-    start about 0.20 after 40 rounds for every learning rate, group size and temperature
-    tried (1e-4..3e-3, 8..16, 0.7..1.0). At that rate the gate's held-out comparison is
-    within noise, so neither a rise nor the rejection of an inverted-score candidate can
-    be asserted reliably (a CI run saw an inverted candidate win by noise); the sft test
-    asserts both."""
+def test_grpo_the_served_model_learns_from_scores_alone_and_the_gate_refuses_a_worse_one(
+    grpo_loop: Loop,
+) -> None:
+    """``grpo`` end to end, from scores alone (no correction), on "First letter of:
+    <word>" from a warm start that copies words: every round the served model answers
+    each of 32 training prompts 8 times at temperature 1 with ``"logprobs": true`` (the
+    engine records token ids and logprobs; a seed per request makes the run repeatable);
+    the grader reports each answer's score with ``metadata.prompt_id``; the trainer forms
+    groups by prompt, computes group-relative advantages and takes clipped-ratio policy
+    steps from the recorded tokens and logprobs; the gate (win_margin on 60 other
+    held-out words, greedy) decides. The served model's greedy score on 60 held-out words
+    must rise from below 0.2 to above 0.7 across at least 3 committed releases; then a
+    batch reported with inverted scores is trained, rejected by the gate, and the served
+    answers do not change."""
     loop = grpo_loop
     started = time.monotonic()
     rng = random.Random(7)
     loop.ask_all(MEASURE[:1])  # creates the scenario (the warm start serves)
     history: list[tuple[str, float]] = []
-    for round_no in range(GRPO_CHECK_ROUNDS):
+    for round_no in range(GRPO_MAX_ROUNDS):
         head, score, _ = loop.measure()
         history.append((head, score))
-        words = rng.sample(TRAIN, PROMPTS)
-        asked = [w for w in words for _ in range(GROUP_SIZE)]
-        results = loop.ask_all(asked, temperature=TEMPERATURE, logprobs=True)
-        loop.post_reports(grpo_reports(results, asked, f"r{round_no}"))
+        print(f"grpo: release {head[:8]} served score {score:.3f}", flush=True)
+        if score > TARGET and len(set(h for h, _ in history)) >= 4:
+            break
+        grpo_round(loop, rng, f"r{round_no}")
         loop.trainer_done()
-    head, score, _ = loop.measure()
-    history.append((head, score))
     elapsed = time.monotonic() - started
-    trainer = loop.status()["trainer"]
+    print(f"grpo learning: {len(history)} rounds, {elapsed:.0f}s: {history}", flush=True)
+    releases = list(dict.fromkeys(h for h, _ in history))
+    assert history[0][1] < 0.2, history
+    assert history[-1][1] > TARGET, history
+    assert len(releases) >= 4, history  # the creation release + at least 3 committed
+    assert elapsed < BUDGET_S
+    assert_trained_from_recorded_tokens(loop)
+    assert_worse_batch_rejected(loop, lambda: grpo_round(loop, rng, "inverted", inverted=True))
+
+
+def grpo_round(loop: Loop, rng: random.Random, tag: str, *, inverted: bool = False) -> None:
+    """GROUP_SIZE sampled answers to each of PROMPTS training prompts, reported."""
+    words = rng.sample(TRAIN, PROMPTS)
+    asked = [w for w in words for _ in range(GROUP_SIZE)]
+    seeds = [rng.randrange(2**31) for _ in asked]
+    with loop.client() as client, ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(
+                lambda pair: loop.ask(
+                    client, pair[0], temperature=TEMPERATURE, logprobs=True, seed=pair[1]
+                ),
+                zip(asked, seeds, strict=True),
+            )
+        )
+    loop.post_reports(grpo_reports(loop.task, results, asked, tag, inverted=inverted))
+
+
+def assert_trained_from_recorded_tokens(loop: Loop) -> None:
+    """Every sample carried the engine's token data; on the embedded log (the trainer's
+    step history in GET /reef/status) every batch trained on recorded tokens, on-policy
+    (importance ratio 1 at the first step), and the gate decided by its rule."""
+    trainer = loop.deployment.wait_trainer_status()
+    assert trainer["samples_skipped"].get("no_token_data", 0) == 0, trainer
+    assert trainer["error"] is None, trainer
+    if "steps" not in trainer:
+        return
     steps = [s for s in trainer["steps"] if "training" in s]
-    print(f"grpo: {len(steps)} trained batches, {elapsed:.0f}s: {history}", flush=True)
     print(
         "grpo steps: "
         + json.dumps(
@@ -363,33 +422,27 @@ def test_grpo_trains_gated_candidates_from_recorded_tokens(grpo_loop: Loop) -> N
         ),
         flush=True,
     )
-    assert history[0][1] < 0.2, history
-    # every round's batch trained, on recorded tokens, on-policy (ratio 1 at the first step)
-    assert len(steps) == GRPO_CHECK_ROUNDS, steps
-    assert trainer["samples_skipped"].get("no_token_data", 0) == 0, trainer
-    assert all(s["training"]["rollouts"] > 0 for s in steps), steps
-    assert all(abs(s["training"]["ratio_first"] - 1.0) < 1e-3 for s in steps), steps
-    # the gate decided every candidate by its rule (margin 0), and what serves is the
-    # chain's head: committed candidates, nothing else
+    assert steps, trainer
     for step in steps:
+        assert step["training"]["rollouts"] > 0, step
+        assert abs(step["training"]["ratio_first"] - 1.0) < 1e-3, step
         assert step["outcome"] in ("committed", "gate_rejected"), step
         wins = step["candidate_score"] > step["baseline_score"]  # a tie keeps the head
         assert wins == (step["outcome"] == "committed"), step
-    committed = [s["release_id"] for s in steps if s["outcome"] == "committed"]
-    assert history[-1][0] == (committed[-1] if committed else history[0][0]), (history, steps)
-    assert loop.serving() == (history[-1][0], history[-1][0])
-    assert elapsed < BUDGET_S
 
 
 def grpo_reports(
-    results: list[Answer], asked: list[str], tag: str, *, inverted: bool = False
+    task: ToyTask, results: list[Answer], asked: list[str], tag: str, *, inverted: bool = False
 ) -> list[dict[str, Any]]:
     """Scores only (1 - score when inverted), grouped by ``metadata.prompt_id``."""
-    return [
-        {
-            "score": 1.0 - exact(answer, word) if inverted else exact(answer, word),
-            "metadata": {"prompt_id": f"{tag}:{word}"},
-            "references": [receipt],
-        }
-        for (answer, receipt, _), word in zip(results, asked, strict=True)
-    ]
+    bodies = []
+    for (answer, receipt, _), word in zip(results, asked, strict=True):
+        score = task.score(answer, word)
+        bodies.append(
+            {
+                "score": 1.0 - score if inverted else score,
+                "metadata": {"prompt_id": f"{tag}:{word}"},
+                "references": [receipt],
+            }
+        )
+    return bodies
