@@ -44,6 +44,12 @@ class Settings(BaseModel):
     streams_session_timeout_s: float = Field(
         10.0, gt=0, description="Kafka session timeout of a `reef streams` worker."
     )
+    streams_stall_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        description="A `reef streams` worker whose input waits with no progress (or whose "
+        "commit hangs) this long exits with status 75 for its supervisor to restart; 0: never.",
+    )
     streams_instance_id: str | None = Field(
         None, description="Static group membership id of a `reef streams` worker."
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
         config_file, **pop_log_flags(flags), streams_instance_id=instance_id
     ).settings
     if settings.log == "embedded":
-        import asyncio
         import contextlib
 
         from reef.processors.worker import run_embedded_processors
@@ -31,9 +31,14 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
         return
     from faust import Worker
 
-    from streams.app import create_app, data_dir_base
+    from streams.app import create_app, data_dir_base, ensure_changelog_topics
     from streams.datadir import worker_data_dir
 
     with worker_data_dir(data_dir_base(settings)) as data_dir:
         app = create_app(settings, data_dir)
+        setup = asyncio.new_event_loop()  # not made current: Faust's worker owns that one
+        try:
+            setup.run_until_complete(ensure_changelog_topics(settings, app))
+        finally:
+            setup.close()
         Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

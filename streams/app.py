@@ -35,6 +35,7 @@ Faust gaps closed here (found by the SIGKILL test):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -47,10 +48,12 @@ from faust.transport.consumer import TransactionManager
 from faust.types import TP
 
 from reef.codec import EventCodec
+from reef.log.kafka import KafkaLog
 from reef.processors.catalog import processors
 from reef.processors.state import Processor
 from reef.settings import Settings
 from reef.topics import STREAMS_APP_ID
+from streams import watchdog
 from streams.state import ChangelogRecord, TableState
 
 logger = logging.getLogger(__name__)
@@ -98,11 +101,18 @@ class ReefTransactionManager(TransactionManager):
       IN_TRANSACTION -> IN_TRANSACTION"); only producers without one are begun here.
     """
 
+    def __init__(self, *args: Any, commit_timeout_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._commit_timeout_s = commit_timeout_s
+
     async def commit(self, offsets: Mapping[Any, int], start_new_transaction: bool = True) -> bool:
+        committing = super().commit(offsets, start_new_transaction=start_new_transaction)
         try:
-            return await super().commit(offsets, start_new_transaction=start_new_transaction)
+            return await asyncio.wait_for(committing, self._commit_timeout_s)
         except asyncio.CancelledError:
             raise
+        except TimeoutError:  # a commit that hangs holds every later one (and the agents)
+            _die(f"transaction commit did not complete in {self._commit_timeout_s:.0f} s")
         except Exception as exc:  # any failure leaves the transaction unknown
             _die("transaction commit failed", exc)
 
@@ -116,6 +126,30 @@ class ReefTransactionManager(TransactionManager):
                 continue
             idle.append(tid)
         await super()._start_transactions(idle)
+
+
+def changelog_topics(app: faust.App) -> list[str]:
+    """The full names of the app's table changelog topics."""
+    return sorted(table.changelog_topic.get_topic_name() for table in app.tables.values())
+
+
+async def ensure_changelog_topics(settings: Settings, app: faust.App) -> None:
+    """Create the changelog topics before the worker joins its group, like Reef's own
+    topics: replicated (up to 3, min ISR 2), compacted, and visible in the metadata.
+
+    Left to Faust they are created at replication 1 (a dead broker then holds a table
+    partition hostage) and, on a fresh cluster, while the group leader may already be
+    assigning without them (Faust ignores a missing topic; the worker then exits, see
+    ``run``, and a static member is handed the same assignment again).
+    """
+    names = changelog_topics(app)
+    log = KafkaLog(
+        settings.kafka_bootstrap,
+        partitions=settings.partitions,
+        client_id=f"{app.conf.id}-setup",
+        topic_configs={name: {"cleanup.policy": "compact"} for name in names},
+    )
+    await log.ensure_topics(names)
 
 
 def _transaction_producers(producer: Any) -> dict[str, Any]:
@@ -151,10 +185,22 @@ def create_app(settings: Settings, data_dir: Path) -> faust.App:
         **options,
     )
     # the consumer creates its transaction manager from the transport when it starts
-    app.transport.TransactionManager = ReefTransactionManager  # type: ignore[misc]
+    app.transport.TransactionManager = functools.partial(  # type: ignore[misc,assignment]
+        ReefTransactionManager, commit_timeout_s=settings.streams_stall_timeout_s or None
+    )
     codec = EventCodec()
+    inputs: set[str] = set()
     for processor in processors(settings):
         _host(app, processor, codec, settings.partitions, prefix)
+        inputs.update(prefix + topic for topic in processor.inputs)
+    if settings.streams_stall_timeout_s:
+        watchdog.install(
+            app,
+            settings.kafka_bootstrap,
+            inputs,
+            settings.streams_stall_timeout_s,
+            _die,
+        )
     return app
 
 
@@ -194,7 +240,11 @@ async def _send_in_transaction(
 
 
 def _host(
-    app: faust.App, processor: Processor, codec: EventCodec, partitions: int, prefix: str
+    app: faust.App,
+    processor: Processor,
+    codec: EventCodec,
+    partitions: int,
+    prefix: str,
 ) -> None:
     source = app.topic(
         *(prefix + t for t in processor.inputs),

@@ -37,10 +37,12 @@ from tests.support.servers import (
 
 TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
 
-#: a killed worker's static membership comes back at once; its session expires quickly
-STREAMS_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
-#: a supervised worker whose lag does not move for this long is killed and restarted
-STUCK_SECONDS = 20.0
+#: a killed worker's static membership comes back at once; its session expires quickly;
+#: a worker whose input waits with no progress for 15 s exits (streams.watchdog)
+STREAMS_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6", "REEF_STREAMS_STALL_TIMEOUT_S": "15"}
+#: a supervised worker whose lag does not move for this long is killed and restarted (a
+#: backstop for the worker's own watchdog: a "wedged" crash means the watchdog missed it)
+STUCK_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,10 @@ class StreamsWorker:
         if self.running():
             return
         if not (self.crashes and self.crashes[-1].startswith("wedged")):
-            errors = [line for line in self.text().splitlines() if "[ERROR]" in line]
+            lines = self.text().splitlines()
+            errors = [line for line in lines if "[CRITICAL]" in line] or [
+                line for line in lines if "[ERROR]" in line
+            ]
             self.crashes.append(errors[0][:300] if errors else "exited without an error line")
         assert len(self.crashes) <= max_crashes, (
             f"reef streams keeps crashing: {self.crashes}\n{self.text()[-4000:]}"
@@ -206,7 +211,7 @@ class StreamsWorker:
         group = self.prefix + topics.STREAMS_APP_ID
         inputs = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
 
-        async def behind() -> dict[str, int]:
+        async def behind() -> dict[str, dict[int, int]]:
             log = kafka_log_factory(self.bootstrap, self.prefix)()
             await log.start()
             try:
@@ -214,9 +219,9 @@ class StreamsWorker:
                 for topic in inputs:
                     ends = await log.end_offsets(topic)
                     done = await log.committed(group, topic)
-                    lag = sum(end - done.get(p, 0) for p, end in ends.items())
-                    if lag:
-                        out[topic] = lag
+                    lags = {p: end - done.get(p, 0) for p, end in ends.items()}
+                    if any(lags.values()):
+                        out[topic] = {p: lag for p, lag in lags.items() if lag}
                 return out
             finally:
                 await log.close()
@@ -224,7 +229,7 @@ class StreamsWorker:
         began = time.monotonic()
         last_lag, moved_at = -1, began
         while lagging := asyncio.run(behind()):
-            lag = sum(lagging.values())
+            lag = sum(sum(by_partition.values()) for by_partition in lagging.values())
             if lag != last_lag:
                 last_lag, moved_at = lag, time.monotonic()
             if supervised and time.monotonic() - moved_at > STUCK_SECONDS and self.running():
@@ -235,7 +240,10 @@ class StreamsWorker:
             if supervised:
                 self.supervise()
             assert self.managed is not None and self.managed.running(), self.managed.output()
-            assert time.monotonic() - began < timeout, f"worker behind: {lagging}"
+            assert time.monotonic() - began < timeout, (
+                f"worker behind (uncommitted records by partition): {lagging}\n"
+                f"{self.text()[-6000:]}"
+            )
             time.sleep(0.5)
         return time.monotonic() - began
 

@@ -1,0 +1,208 @@
+"""Liveness of a stream worker: input that waits but does not move ends the worker.
+
+Faust can wedge without dying: after a broker was killed and came back, a worker was seen
+alive and Ready while 71 records of an input partition waited 90 s (a CI run); a worker
+restarted after a crash was seen Ready with records of two partitions in its buffers and
+never processing them. Nothing inside Faust notices (its own detector only logs). A
+worker that makes no progress is worse than a dead one: a supervisor restarts a dead
+worker, and exactly-once is built for that path (the open transactions are aborted, the
+tables come back from their committed changelog).
+
+:class:`ProgressWatch` is the pure rule: an input partition of this worker is *stalled*
+when its end offset is past the group's committed offset and that committed offset did
+not move for ``stall_s`` (records can be fetched and still wait, so the consumer's fetch
+position is not the measure). :func:`install` runs it on a Faust timer, asking the
+brokers (not the consumer that may be stuck) for both offsets, and on a stall exits with
+status 75 through the ``die`` it is given. Rebalances and table recovery reset the clock
+(partitions are paused on purpose then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from faust.types import TP
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stall:
+    partition: TP
+    committed: int
+    end: int
+    seconds: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.partition.topic}[{self.partition.partition}]: {self.end - self.committed} "
+            f"records wait after offset {self.committed}, nothing committed for "
+            f"{self.seconds:.0f} s"
+        )
+
+
+@dataclass
+class ProgressWatch:
+    """Which partitions stalled: records wait, yet the committed offset stood ``stall_s``."""
+
+    stall_s: float
+    _since: dict[TP, tuple[int, float]] = field(default_factory=dict)
+    _last_look: float | None = None
+
+    def reset(self) -> None:
+        self._since.clear()
+        self._last_look = None
+
+    def observe(
+        self, now: float, committed: Mapping[TP, int], ends: Mapping[TP, int]
+    ) -> list[Stall]:
+        """One look at the worker's partitions (a partition missing from ``ends``: unknown).
+
+        Looks further apart than half the stall time mean this process itself did not run
+        (suspended, starved): that time is not held against the partitions."""
+        if self._last_look is not None and now - self._last_look > self.stall_s / 2:
+            self._since.clear()
+        self._last_look = now
+        stalls = []
+        for tp, done in committed.items():
+            end = ends.get(tp)
+            if end is None or done >= end:
+                self._since.pop(tp, None)
+                continue
+            seen = self._since.get(tp)
+            if seen is None or seen[0] != done:
+                self._since[tp] = (done, now)
+            elif now - seen[1] >= self.stall_s:
+                stalls.append(Stall(tp, done, end, now - seen[1]))
+        for tp in set(self._since) - set(committed):
+            del self._since[tp]
+        return stalls
+
+
+def install(
+    app: Any,
+    bootstrap: str,
+    input_topics: Iterable[str],
+    stall_s: float,
+    die: Callable[[str], NoReturn],
+) -> None:
+    """Look at the worker every ``stall_s / 4`` seconds (at most 5 s apart); exit on a stall.
+
+    Two more ways of standing still end the worker too: a rebalance (recovery aside)
+    that does not finish in ``4 * stall_s``, and an event loop that stops running the
+    looks (a thread of its own checks that one: a blocked loop cannot notice itself)."""
+    topics = frozenset(input_topics)
+    watch = ProgressWatch(stall_s)
+    offsets = BrokerOffsets(bootstrap, app.conf.id, answer_within_s=stall_s)
+    interval = min(5.0, max(0.5, stall_s / 4))
+    rebalancing_since: float | None = None
+    last_look: list[float] = []  # when a look last began or ended (none yet: unarmed)
+
+    async def look() -> None:
+        nonlocal rebalancing_since
+        now = time.monotonic()
+        last_look[:] = [now]
+        if app.rebalancing or app.in_recovery:
+            watch.reset()
+            if app.in_recovery:  # restoring a large table may take long: not a stall
+                rebalancing_since = None
+            elif rebalancing_since is None:
+                rebalancing_since = now
+            elif now - rebalancing_since > 4 * stall_s:
+                die(f"no progress: a rebalance has not finished in {now - rebalancing_since:.0f} s")
+            return
+        rebalancing_since = None
+        tps = [tp for tp in app.consumer.assignment() if tp.topic in topics]
+        committed, ends = await offsets.of(tps) if tps else ({}, {})
+        stalls = watch.observe(time.monotonic(), committed, ends)
+        if stalls:
+            die("no progress: " + "; ".join(stall.describe() for stall in stalls))
+        last_look[:] = [time.monotonic()]
+
+    app.timer(interval, name="reef-watchdog")(look)
+
+    def guard() -> None:
+        # a look takes at most ~2 x stall_s (committed, then end offsets, each bounded)
+        limit = interval + 3 * stall_s
+        while True:
+            time.sleep(1.0)
+            if last_look and time.monotonic() - last_look[0] > limit:
+                die(f"no progress: the worker's event loop ran no check for {limit:.0f} s")
+
+    @app.on_worker_init.connect  # type: ignore[untyped-decorator]
+    def _start_guard(app: Any, **kwargs: Any) -> None:
+        threading.Thread(target=guard, name="reef-watchdog-guard", daemon=True).start()
+
+    @app.on_before_shutdown.connect  # type: ignore[untyped-decorator]
+    async def _close(app: Any, **kwargs: Any) -> None:
+        await offsets.close()
+
+
+class BrokerOffsets:
+    """The group's committed offsets and the end offsets of committed records
+    (read_committed), asked of the brokers by clients of its own: the group consumer's
+    view comes from its own fetches and commits, exactly what stops when it wedges."""
+
+    def __init__(self, bootstrap: str, group: str, answer_within_s: float) -> None:
+        self._bootstrap = bootstrap
+        self._group = group
+        self._answer_within_s = answer_within_s
+        self._clients: tuple[Any, Any] | None = None
+
+    async def of(self, tps: list[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """(committed, ends); both empty when the brokers cannot answer: a broker being
+        down is no stall of this worker. A partition never committed counts from 0."""
+        from aiokafka import TopicPartition
+
+        asked = [TopicPartition(t, p) for t, p in tps]
+        try:
+            consumer, admin = await self._started()
+            done = await asyncio.wait_for(
+                admin.list_consumer_group_offsets(self._group, partitions=asked),
+                self._answer_within_s,
+            )
+            ends = await asyncio.wait_for(consumer.end_offsets(asked), self._answer_within_s)
+        except Exception:  # TimeoutError included
+            logger.warning("watchdog: offsets unavailable", exc_info=True)
+            return {}, {}
+        committed = {}
+        for tp in asked:
+            meta = done.get(tp)
+            committed[TP(tp.topic, tp.partition)] = max(0, meta.offset) if meta else 0
+        return committed, {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    async def _started(self) -> tuple[Any, Any]:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        if self._clients is None:
+            client_id = f"{self._group}-watchdog"
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                isolation_level="read_committed",
+                enable_auto_commit=False,
+                client_id=client_id,
+            )
+            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, client_id=client_id)
+            try:
+                await asyncio.wait_for(consumer.start(), self._answer_within_s)
+                await asyncio.wait_for(admin.start(), self._answer_within_s)
+            except BaseException:
+                await consumer.stop()
+                await admin.close()
+                raise
+            self._clients = (consumer, admin)
+        return self._clients
+
+    async def close(self) -> None:
+        if self._clients is not None:
+            consumer, admin = self._clients
+            self._clients = None
+            await consumer.stop()
+            await admin.close()
