@@ -7,8 +7,10 @@ are all equal carry no signal and are skipped. The policy update uses the token 
 log-probabilities the engine recorded with the answer (request ``"logprobs": true``:
 ``meta_info.input_ids``, ``output_ids``, ``output_token_logprobs``) and the clipped
 importance ratio ``min(r·A, clip(r, 1-ε, 1+ε)·A)``, ``r = π_new / π_rollout`` per token,
-for ``training.steps`` steps at a small learning rate (see reference/learning-notes.md:
-3e-3 collapses the tiny model, 3e-4 improves it). Evaluation and gate are as in ``sft``.
+for ``training.steps`` steps at a small learning rate (3e-3 collapses the tiny model;
+5e-4 with 4 steps on 32 groups of 8 answers sampled at temperature 1 takes it from 0.10
+to above 0.7 on a held-out task in 5-8 rounds: recipes/README.md, tests/e2e/test_learning.py).
+Evaluation and gate are as in ``sft``.
 """
 
 from __future__ import annotations
