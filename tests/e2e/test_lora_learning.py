@@ -17,7 +17,6 @@ lr 2e-3 (full weights: 0.010 → 0.068 → 0.296 → 0.656 → 0.735 with 30 ste
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,13 +27,13 @@ from reef import topics
 from reef.events import EngineLoaded
 from tests.e2e.conftest import unique_scenario
 from tests.e2e.test_learning import (
-    TARGET,
     TOKEN,
     TRAIN,
     TRAIN_BATCH,
     Loop,
     assert_worse_batch_rejected,
     engine_env,
+    learn_until_target,
     write_recipe,
 )
 from tests.engine.test_sidecar import events
@@ -76,26 +75,15 @@ def test_the_served_model_learns_through_lora_releases_and_the_gate_refuses_a_wo
 ) -> None:
     loop = lora_loop
     assert "trainer" in loop.status(), "reef serve should run the sft trainer in-process"
-    started = time.monotonic()
     rng = random.Random(5)
     loop.ask_all(TRAIN[:1])  # creates the scenario (the creation release serves)
-    history: list[tuple[str, float]] = []
-    for _ in range(MAX_ROUNDS):
-        head, score, _ = loop.measure()  # every answer's receipt names the head
-        history.append((head, score))
-        print(f"release {head[:8]} served score {score:.3f}", flush=True)
-        if score > TARGET and len(set(h for h, _ in history)) >= 4:
-            break
+
+    def one_round(_: int) -> None:
         batch = rng.sample(TRAIN, TRAIN_BATCH)
         loop.report(loop.ask_all(batch), batch)
-        loop.trainer_done()
-    elapsed = time.monotonic() - started
-    print(f"lora learning: {len(history)} rounds, {elapsed:.0f}s: {history}", flush=True)
+
+    history = learn_until_target(loop, "lora", one_round, MAX_ROUNDS, BUDGET_S)
     releases = list(dict.fromkeys(h for h, _ in history))
-    assert history[0][1] < 0.2, history
-    assert history[-1][1] > TARGET, history
-    assert len(releases) >= 4, history  # the creation release + at least 3 committed
-    assert elapsed < BUDGET_S
 
     # every committed release is an adapter, loaded by the engine as its default adapter
     trainer = loop.status()["trainer"]
@@ -111,7 +99,8 @@ def test_the_served_model_learns_through_lora_releases_and_the_gate_refuses_a_wo
     }
     assert all(loads.get(r) == "lora" for r in releases[1:]), loads
 
-    def worse(words: list[str]) -> None:  # corrections are the reversed words
+    def worse() -> None:  # corrections are the reversed words
+        words = rng.sample(TRAIN, TRAIN_BATCH)
         loop.report(loop.ask_all(words), words, inverted=True)
 
-    assert_worse_batch_rejected(loop, rng, worse)
+    assert_worse_batch_rejected(loop, worse)
