@@ -85,7 +85,9 @@ async def status(request: Request) -> JSONResponse:
 async def _processors(ctx: AppContext) -> dict[str, Any]:
     """Each processor's lag, from the committed offsets of the group that hosts it."""
     lag = await processor_lag(ctx)
+    # the group's name on the cluster: the log namespaces groups with the topic prefix
+    prefix = ctx.settings.kafka_topic_prefix if ctx.settings.log == "kafka" else ""
     return {
-        name: {"host": processor_group(ctx.settings, name), "lag": topics}
+        name: {"host": prefix + processor_group(ctx.settings, name), "lag": topics}
         for name, topics in lag.items()
     }

@@ -47,8 +47,8 @@ class KafkaLog:
         self._linger_ms = linger_ms
         self._request_timeout_ms = request_timeout_ms
         self._producer: AIOKafkaProducer | None = None
-        #: namespaces every topic on the cluster (tests, several deployments on one cluster);
-        #: callers always see the unprefixed names
+        #: namespaces every topic and consumer group on the cluster (tests, several
+        #: deployments on one cluster); callers always see the unprefixed names
         self.topic_prefix = topic_prefix
         #: aiokafka retries a dead broker for ever; past this an append is refused
         #: (the record may still land later: durable but never acknowledged)
@@ -207,7 +207,8 @@ class KafkaLog:
                         )
 
     async def committed(self, group: str, topic: str) -> dict[int, int]:
-        async with self._consumer(group=group) as consumer:
+        """The committed offsets of ``group`` (namespaced by the prefix, like topics)."""
+        async with self._consumer(group=self._t(group)) as consumer:
             out: dict[int, int] = {}
             for tp in await self._partitions_of(consumer, self._t(topic)):
                 offset = await consumer.committed(tp)
@@ -216,7 +217,7 @@ class KafkaLog:
         return out
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        async with self._consumer(group=group) as consumer:
+        async with self._consumer(group=self._t(group)) as consumer:
             await self._partitions_of(
                 consumer, self._t(topic)
             )  # aiokafka retries unknown topics forever

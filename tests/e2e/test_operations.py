@@ -1020,7 +1020,7 @@ def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -
     from reef.processors.catalog import processors
     from reef.settings import Settings
 
-    group = prefix + topics.STREAMS_APP_ID
+    group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
     inputs = {t for p in processors(Settings.model_validate({})) for t in p.inputs}
 
     async def behind() -> dict[str, int]:

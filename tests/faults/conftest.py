@@ -208,7 +208,7 @@ class StreamsWorker:
     def wait_caught_up(self, timeout: float = 60.0, *, supervised: bool = False) -> float:
         """Until the worker's group committed every input record; seconds it took.
         ``supervised``: a worker that exits meanwhile is restarted (see ``supervise``)."""
-        group = self.prefix + topics.STREAMS_APP_ID
+        group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
         inputs = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
 
         async def behind() -> dict[str, dict[int, int]]:

@@ -191,7 +191,7 @@ async def wait_for_count(
 
 async def wait_until_inputs_committed(log: KafkaLog, worker: Worker, timeout: float = 60.0) -> None:
     """The worker's consumer group committed (in its transactions) every input record."""
-    group = log.topic_prefix + APP_ID
+    group = APP_ID  # the log prefixes groups like topics
     deadline = time.monotonic() + timeout
     while True:
         behind = {}
