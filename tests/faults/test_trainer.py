@@ -19,11 +19,12 @@ import pytest
 from reef import topics
 from reef.events import ReleaseCommitted, SampleJoined
 from reef.log.embedded import EmbeddedLog
-from tests.e2e.test_trainer_crash import RECIPE, start_trainer, wait_for_line
+from tests.e2e.test_trainer_crash import RECIPE, wait_for_line
 from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 from tests.support import consistency
+from tests.support.learning import start_trainer
 from tests.support.load import SteadyLoad
-from tests.support.servers import UpstreamProcess, start_reef
+from tests.support.servers import ManagedProcess, UpstreamProcess, start_reef
 
 pytestmark = pytest.mark.slow
 
@@ -62,8 +63,9 @@ def test_sigkill_of_a_trainer(
     state = tmp_path / "state"
     reef = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state, name="reef")
     logs = tmp_path / "logs"
-    trainers = [start_trainer(state, env, logs, 0)]
+    trainers: list[ManagedProcess] = []
     try:
+        trainers.append(start_trainer([], state, env, logs, "trainer-0"))
         scenarios = create_scenarios(reef.base_url, 2, "trainer")
         with SteadyLoad([reef.base_url], TOKEN, scenarios, rate=RATE) as load:
             load.wait_acks(10)
@@ -74,7 +76,7 @@ def test_sigkill_of_a_trainer(
                 fault_at = fault_at or time.monotonic()
                 trainers[-1].process.kill()  # SIGKILL
                 trainers[-1].process.wait(30)
-                trainers.append(start_trainer(state, env, logs, len(trainers)))
+                trainers.append(start_trainer([], state, env, logs, f"trainer-{len(trainers)}"))
             restarted_at = time.monotonic()
             _, releases_then = untrained(state, scenarios)
             deadline = time.monotonic() + 60
