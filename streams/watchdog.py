@@ -107,6 +107,12 @@ def install(
     async def look() -> None:
         nonlocal rebalancing_since
         now = time.monotonic()
+        if not last_look:  # the first look arms the guard
+            threading.Thread(target=guard, name="reef-watchdog-guard", daemon=True).start()
+            logger.info(
+                "watchdog: input that waits %.0f s with nothing committed ends the worker (75)",
+                stall_s,
+            )
         last_look[:] = [now]
         if app.rebalancing or app.in_recovery:
             watch.reset()
@@ -134,10 +140,6 @@ def install(
             time.sleep(1.0)
             if last_look and time.monotonic() - last_look[0] > limit:
                 die(f"no progress: the worker's event loop ran no check for {limit:.0f} s")
-
-    @app.on_worker_init.connect  # type: ignore[untyped-decorator]
-    def _start_guard(app: Any, **kwargs: Any) -> None:
-        threading.Thread(target=guard, name="reef-watchdog-guard", daemon=True).start()
 
     @app.on_before_shutdown.connect  # type: ignore[untyped-decorator]
     async def _close(app: Any, **kwargs: Any) -> None:
