@@ -45,12 +45,18 @@ def trainer(
     **flags: Any,
 ) -> None:
     """Train candidates from joined samples, gate them and propose releases."""
+    from recipes.registry import recipe_from_settings
     from trainers.runner import build_trainer
 
     settings = settings_from(config_file, **pop_log_flags(flags), **flags).settings
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:  # a recipe it cannot read stops the trainer before it touches the log
+        recipe = recipe_from_settings(settings, config_file)
+    except ConfigError as exc:
+        click.echo(f"reef trainer: {exc}", err=True)
+        sys.exit(2)
     content = ContentStore(open_store(settings))
 
     async def run() -> None:
@@ -63,7 +69,7 @@ def trainer(
                 settings,
                 EventStore(log, claims=claims, keys=keys),
                 content,
-                config_file=config_file,
+                recipe=recipe,
                 partitions=owned or None,
             )
             if not worker.recipe.trains:

@@ -78,10 +78,12 @@ async def in_process_trainer(
     content: ContentStore,
     producer: str,
     *,
+    recipe: Recipe[Any] | None = None,
     first_backoff_s: float = FIRST_BACKOFF_S,
 ) -> AsyncIterator[Trainer | None]:
-    """The trainer as a supervised task of the app (None when the recipe never trains)."""
-    recipe = recipe_from_settings(settings)
+    """The trainer as a supervised task of the app (None when the recipe never trains);
+    ``recipe``: the deployment's, when the caller loaded it already."""
+    recipe = recipe or recipe_from_settings(settings)
     if not recipe.trains or not settings.trainer_in_process:
         yield None
         return

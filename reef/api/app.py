@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from recipes.registry import recipe_from_settings
 from reef import __version__
 from reef.api import errors, inference, openapi, releases, reports, scenarios, system
 from reef.api.auth import registry_from
@@ -61,6 +62,9 @@ def create_app(settings: Settings) -> FastAPI:
     tokens = registry_from(settings)
     producer = producer_name(settings)
     metrics = Metrics()
+    # the embedded log runs the recipe's trainer in this process: a recipe configuration it
+    # cannot read stops the server here, before it serves
+    recipe = recipe_from_settings(settings) if settings.log == "embedded" else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -100,7 +104,7 @@ def create_app(settings: Settings) -> FastAPI:
             trainer = None
             if isinstance(log, EmbeddedLog):
                 trainer = await stack.enter_async_context(
-                    in_process_trainer(settings, store, content, producer)
+                    in_process_trainer(settings, store, content, producer, recipe=recipe)
                 )
             upstream = Upstream(serving)
             stack.push_async_callback(upstream.aclose)
