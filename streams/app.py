@@ -29,7 +29,12 @@ Faust gaps closed here (found by the SIGKILL test):
   stall, a fence) leaves Faust committing nothing forever; the worker exits instead
   (:func:`_die`, exit status 75) without committing, as if SIGKILLed, so a supervisor
   restarts it and the tables come back from the committed changelog (see
-  :mod:`streams.datadir`); a rebalance no longer re-begins transactions already open.
+  :mod:`streams.datadir`); a rebalance no longer re-begins transactions already open;
+* a worker that stops making progress without failing (seen after a broker was killed and
+  after a restart under load) exits the same way (:mod:`streams.watchdog`), and so does a
+  commit that hangs;
+* the changelog topics are created before the worker joins its group
+  (:func:`ensure_changelog_topics`), replicated like Reef's topics.
 """
 
 from __future__ import annotations
