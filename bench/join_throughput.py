@@ -53,6 +53,7 @@ from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.settings import Settings
+from streams.host import READY_LINE
 
 TARGET = 5_000
 SCENARIOS = tuple(f"bench-{i}" for i in range(12))
@@ -240,7 +241,7 @@ async def bench_kafka(
 
         async def watch() -> None:
             """Note when the worker is Ready; fail as soon as it exits."""
-            while b"[^Worker]: Ready" not in (logs / "streams.log").read_bytes():
+            while READY_LINE.encode() not in (logs / "streams.log").read_bytes():
                 if process.returncode is not None:
                     break
                 await asyncio.sleep(0.02)

@@ -52,6 +52,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from streams.host import READY_LINE
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -329,7 +331,7 @@ async def run_kafka_variant(
         store = EventStore(log)
         trace: list[tuple[int, float]] = []
         async with asyncio.timeout(1800):
-            while b"[^Worker]: Ready" not in (here / "streams.log").read_bytes():
+            while READY_LINE.encode() not in (here / "streams.log").read_bytes():
                 if process.returncode is not None:
                     raise SystemExit(f"{name}: reef streams exited; see {here / 'streams.log'}")
                 await asyncio.sleep(0.05)

@@ -62,6 +62,8 @@ from typing import Any
 import httpx
 import psutil
 
+from streams.host import READY_LINE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reef.demo import grade, words
@@ -255,7 +257,7 @@ def _start_streams(flags: list[str], work: Path, env: dict[str, str]) -> Managed
 
 def _wait_streams_ready(worker: ManagedProcess, timeout: float = 180.0) -> None:
     began = time.monotonic()
-    while "[^Worker]: Ready" not in worker.stdout_text() + worker.stderr_text():
+    while READY_LINE not in worker.stdout_text() + worker.stderr_text():
         if not worker.running() or time.monotonic() - began > timeout:
             raise SystemExit(f"reef streams did not get ready\n{worker.output()}")
         time.sleep(0.5)

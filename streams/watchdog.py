@@ -1,20 +1,17 @@
 """Liveness of a stream worker: input that waits but does not move ends the worker.
 
-Faust can wedge without dying: after a broker was killed and came back, a worker was seen
-alive and Ready while 71 records of an input partition waited 90 s (a CI run); a worker
-restarted after a crash was seen Ready with records of two partitions in its buffers and
-never processing them. Nothing inside Faust notices (its own detector only logs). A
-worker that makes no progress is worse than a dead one: a supervisor restarts a dead
+A worker that makes no progress is worse than a dead one: a supervisor restarts a dead
 worker, and exactly-once is built for that path (the open transactions are aborted, the
-tables come back from their committed changelog).
+stores come back from their committed changelog). The Faust host this replaced was seen
+wedged that way (alive, Ready, input waiting, nothing committed); Reef's own host
+(:mod:`streams.host`) has no known path to it, and this stays as the last line of defence.
 
 :class:`ProgressWatch` is the pure rule: an input partition of this worker is *stalled*
 when its end offset is past the group's committed offset and that committed offset did
 not move for ``stall_s`` (records can be fetched and still wait, so the consumer's fetch
-position is not the measure). :func:`install` runs it on a Faust timer, asking the
-brokers (not the consumer that may be stuck) for both offsets, and on a stall exits with
-status 75 through the ``die`` it is given. Rebalances and table recovery reset the clock
-(partitions are paused on purpose then).
+position is not the measure). :func:`watch` runs it as a task of the host's loop, asking
+the brokers (not the consumer that may be stuck) for both offsets, and on a stall exits
+with status 75 through the ``die`` it is given. Rebalances and restores reset the clock.
 """
 
 from __future__ import annotations
@@ -23,11 +20,11 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from faust.types import TP
+from aiokafka import TopicPartition as TP
 
 logger = logging.getLogger(__name__)
 
@@ -85,64 +82,61 @@ class ProgressWatch:
         return stalls
 
 
-def install(
-    app: Any,
+async def watch(
+    host: Any,
     bootstrap: str,
-    input_topics: Iterable[str],
     stall_s: float,
-    die: Callable[[str], NoReturn],
+    die: Callable[[str, BaseException | None], NoReturn],
 ) -> None:
-    """Look at the worker every ``stall_s / 4`` seconds (at most 5 s apart); exit on a stall.
+    """Look at the host every ``stall_s / 4`` seconds (at most 5 s apart); exit on a stall.
 
-    Two more ways of standing still end the worker too: a rebalance (recovery aside)
-    that does not finish in ``4 * stall_s``, and an event loop that stops running the
-    looks (a thread of its own checks that one: a blocked loop cannot notice itself)."""
-    topics = frozenset(input_topics)
-    watch = ProgressWatch(stall_s)
-    offsets = BrokerOffsets(bootstrap, app.conf.id, answer_within_s=stall_s)
+    ``host`` is a :class:`streams.host.StreamsHost` (its ``group``, ``rebalancing`` and
+    ``input_assignment()``). Two more ways of standing still end the worker too: a
+    rebalance that does not finish in ``4 * stall_s``, and an event loop that stops
+    running the looks (a thread of its own checks that one: a blocked loop cannot notice
+    itself)."""
+    progress = ProgressWatch(stall_s)
+    offsets = BrokerOffsets(bootstrap, host.group, answer_within_s=stall_s)
     interval = min(5.0, max(0.5, stall_s / 4))
     rebalancing_since: float | None = None
-    last_look: list[float] = []  # when a look last began or ended (none yet: unarmed)
-
-    async def look() -> None:
-        nonlocal rebalancing_since
-        now = time.monotonic()
-        if not last_look:  # the first look arms the guard
-            threading.Thread(target=guard, name="reef-watchdog-guard", daemon=True).start()
-            logger.info(
-                "watchdog: input that waits %.0f s with nothing committed ends the worker (75)",
-                stall_s,
-            )
-        last_look[:] = [now]
-        if app.rebalancing or app.in_recovery:
-            watch.reset()
-            if app.in_recovery:  # restoring a large table may take long: not a stall
-                rebalancing_since = None
-            elif rebalancing_since is None:
-                rebalancing_since = now
-            elif now - rebalancing_since > 4 * stall_s:
-                die(f"no progress: a rebalance has not finished in {now - rebalancing_since:.0f} s")
-            return
-        rebalancing_since = None
-        tps = [tp for tp in app.consumer.assignment() if tp.topic in topics]
-        committed, ends = await offsets.of(tps) if tps else ({}, {})
-        stalls = watch.observe(time.monotonic(), committed, ends)
-        if stalls:
-            die("no progress: " + "; ".join(stall.describe() for stall in stalls))
-        last_look[:] = [time.monotonic()]
-
-    app.timer(interval, name="reef-watchdog")(look)
+    last_look = [time.monotonic()]
+    # a look takes at most ~2 x stall_s (committed, then end offsets, each bounded)
+    limit = interval + 3 * stall_s
 
     def guard() -> None:
-        # a look takes at most ~2 x stall_s (committed, then end offsets, each bounded)
-        limit = interval + 3 * stall_s
         while True:
             time.sleep(1.0)
-            if last_look and time.monotonic() - last_look[0] > limit:
-                die(f"no progress: the worker's event loop ran no check for {limit:.0f} s")
+            if time.monotonic() - last_look[0] > limit:
+                die(f"no progress: the worker's event loop ran no check for {limit:.0f} s", None)
 
-    @app.on_before_shutdown.connect  # type: ignore[untyped-decorator]
-    async def _close(app: Any, **kwargs: Any) -> None:
+    threading.Thread(target=guard, name="reef-watchdog-guard", daemon=True).start()
+    logger.info(
+        "watchdog: input that waits %.0f s with nothing committed ends the worker (75)", stall_s
+    )
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            last_look[0] = now
+            if host.rebalancing:
+                progress.reset()
+                if rebalancing_since is None:
+                    rebalancing_since = now
+                elif now - rebalancing_since > 4 * stall_s:
+                    die(
+                        f"no progress: a rebalance has not finished in "
+                        f"{now - rebalancing_since:.0f} s",
+                        None,
+                    )
+                continue
+            rebalancing_since = None
+            tps = sorted(host.input_assignment())
+            committed, ends = await offsets.of(tps) if tps else ({}, {})
+            stalls = progress.observe(time.monotonic(), committed, ends)
+            if stalls:
+                die("no progress: " + "; ".join(stall.describe() for stall in stalls), None)
+            last_look[0] = time.monotonic()
+    finally:
         await offsets.close()
 
 
@@ -160,9 +154,7 @@ class BrokerOffsets:
     async def of(self, tps: list[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
         """(committed, ends); both empty when the brokers cannot answer: a broker being
         down is no stall of this worker. A partition never committed counts from 0."""
-        from aiokafka import TopicPartition
-
-        asked = [TopicPartition(t, p) for t, p in tps]
+        asked = list(tps)
         try:
             consumer, admin = await self._started()
             done = await asyncio.wait_for(
@@ -176,8 +168,8 @@ class BrokerOffsets:
         committed = {}
         for tp in asked:
             meta = done.get(tp)
-            committed[TP(tp.topic, tp.partition)] = max(0, meta.offset) if meta else 0
-        return committed, {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+            committed[tp] = max(0, meta.offset) if meta else 0
+        return committed, dict(ends)
 
     async def _started(self) -> tuple[Any, Any]:
         from aiokafka import AIOKafkaConsumer

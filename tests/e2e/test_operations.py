@@ -68,6 +68,7 @@ from reef.processors.join import JoinProcessor
 from reef.processors.state import DictState
 from reef.releases import ContentStore
 from reef.replay import _all_records
+from streams.host import READY_LINE
 from tests.e2e.conftest import chat_body, unique_scenario
 from tests.support.servers import (
     ManagedProcess,
@@ -990,7 +991,7 @@ class StreamsWorker:
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         began = time.monotonic()
-        while "[^Worker]: Ready" not in self.managed.stdout_text() + self.managed.stderr_text():
+        while READY_LINE not in self.managed.stdout_text() + self.managed.stderr_text():
             if not self.managed.running():
                 pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")
             if time.monotonic() - began > timeout:

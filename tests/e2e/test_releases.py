@@ -54,6 +54,7 @@ from reef.log.kafka import delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.releases import ContentStore, IncompleteContentError, open_store
 from reef.settings import Settings
+from streams.host import READY_LINE
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
 from tests.support.servers import (
     ManagedProcess,
@@ -262,7 +263,7 @@ class StreamsWorker:
         began = time.monotonic()
         while True:
             text = self.managed.stdout_text() + self.managed.stderr_text()
-            if "[^Worker]: Ready" in text:
+            if READY_LINE in text:
                 return
             if not self.managed.running():
                 pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")

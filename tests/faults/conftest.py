@@ -26,6 +26,7 @@ import pytest
 
 from reef import topics
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
+from streams.host import READY_LINE
 from tests.support.servers import (
     ManagedProcess,
     UpstreamProcess,
@@ -167,7 +168,7 @@ class StreamsWorker:
     def wait_ready(self, timeout: float = 90.0) -> float:
         assert self.managed is not None
         began = time.monotonic()
-        while "[^Worker]: Ready" not in self.text():
+        while READY_LINE not in self.text():
             assert self.managed.running(), f"reef streams exited\n{self.managed.output()}"
             assert time.monotonic() - began < timeout, (
                 f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}"

@@ -175,11 +175,8 @@ def test_network_stall_of_the_broker(
         created = run_reef("topics", "create", *kafka_flags(bootstrap, prefix), timeout=120)
         assert created.returncode == 0, f"{created.stdout}\n{created.stderr}"
         worker = streams_worker(bootstrap, prefix)
-        # The worker's group session outlives the stall. With a shorter one the session
-        # expires in the stall and Faust's exactly-once rebalance wedges the worker (alive,
-        # never processing again: "Invalid state transition IN_TRANSACTION ->
-        # IN_TRANSACTION" on every transactional producer) - a known Faust bug, see the
-        # module docstring of streams/app.py.
+        # The worker's group session outlives the stall, so the stall itself (not a
+        # session expiry) is the fault.
         worker.env["REEF_STREAMS_SESSION_TIMEOUT_S"] = str(int(STALL_SECONDS * 2))
         worker.start()
         reef = serve(

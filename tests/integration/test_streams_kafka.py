@@ -50,7 +50,8 @@ from reef.ids import derived_id, release_id
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.replay import _changelog_table, replay, state_digest
 from reef.settings import Settings
-from streams.app import APP_ID
+from reef.topics import STREAMS_APP_ID as APP_ID
+from streams.host import READY_LINE
 from tests.support.servers import ManagedProcess, clean_env, reef_executable, run_reef, spawn
 from tests.unit.test_chain_properties import created, proposal
 from tests.unit.test_join_properties import inference, receipt, report
@@ -126,7 +127,7 @@ class Worker:
     async def wait_ready(self, timeout: float = 90.0) -> None:
         assert self.process is not None
         began = time.monotonic()
-        while "[^Worker]: Ready" not in self.output_text():
+        while READY_LINE not in self.output_text():
             if not self.process.running():
                 pytest.fail(f"reef streams exited during start-up\n{self.process.output()}")
             if time.monotonic() - began > timeout:
@@ -385,7 +386,7 @@ async def test_exactly_once_while_the_worker_is_killed(
     live = await live_join_state(log)
 
     # Exactly-once under SIGKILL: no committed duplicate, and the live table holds every
-    # write its committed offsets cover (streams/app.py closes Faust's two gaps here).
+    # write its committed offsets cover (streams/host.py: one transaction per batch).
     duplicates = sum(n - 1 for n in Counter(o.event_id for o in outputs).values())
     assert duplicates == 0, f"{duplicates} duplicate committed samples ({len(raw)} raw records)"
     assert state_digest(live) == state_digest(replayed), state_diff(live, replayed)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from reef.settings import Settings
-from streams.app import data_dir_base
+from streams.host import data_dir_base
 from streams.datadir import worker_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from faust.types import TP
+from aiokafka import TopicPartition as TP
 
 from streams.watchdog import ProgressWatch
 

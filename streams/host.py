@@ -1,0 +1,505 @@
+"""Hosting the processors on Kafka with exactly-once results: Reef's own transactional loop.
+
+A worker is one consumer group member (group ``<prefix>reef-streams``, the range assignor,
+so partition *n* of every co-partitioned input topic goes to the same member) and one
+*task* per assigned partition number *n*. A task owns a transactional producer (id
+``<group>-<n>``: the same id whichever worker runs it, so a new owner fences the old one)
+and, per processor, the state of partition *n* (:class:`streams.store.PartitionStore`, a
+copy of the changelog ``<group>-<processor>-state-changelog`` partition *n*).
+
+Protocol of a batch (per task, for the records one poll returned for its partitions):
+
+1. Merge the task's records in (timestamp, topic, offset) order, keeping each partition's
+   own order, and run each record through the processors that read its topic, against a
+   write buffer over the committed store. Nothing leaves the process yet.
+2. ``begin_transaction``; send the outputs (partition *n* of each processor's output
+   topic), one changelog record per changed key (the last value: writes coalesce), and
+   the next input offsets (``send_offsets_to_transaction``); ``commit_transaction``.
+3. Only after the commit, write the changes into the store.
+
+A crash (or any failed send or commit: the worker then exits with status 75 without
+committing, :func:`die`) before step 2's commit leaves nothing visible to read_committed
+readers: the next owner's ``init_transactions`` aborts the open transaction, restores
+the store from the committed changelog and starts at the committed offsets, so it
+computes the same outputs again. A crash after the commit loses nothing: the store is
+only a copy. Output ids are deterministic and steps remember what they applied, so even
+a redelivery past those guarantees is a no-op.
+
+Rebalance protocol: the consumer's listener takes the loop's lock, so a revocation waits
+for the batch in flight to commit, then closes every task. On assignment, for every
+partition number: start its producer (``init_transactions``: fences the previous owner
+and ends its open transaction), restore the stores from the changelog up to its end
+(nothing can be pending on it any more), then seek the inputs to the offsets the group
+committed, read afresh. Records a poll returns for a partition whose task is not ready
+are dropped: the assignment's seek reads them again.
+
+Why not Faust's own loop (it hosted the processors until this module): its consumer and
+transaction manager wedged workers after broker faults and restarts (records fetched and
+never processed, a Ready worker with input waiting and nothing committed) in ways its
+public tracker also reports, and its per-event path (one agent iteration, lock and ack
+per record, a changelog write per table update) ran the join at ~390 reports/s. Here a
+transaction carries a whole poll per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+from reef.codec import EventCodec
+from reef.events import Event
+from reef.log.kafka import KafkaLog
+from reef.processors.catalog import processors as configured_processors
+from reef.processors.state import Processor, WriteBuffer
+from reef.settings import Settings
+from reef.topics import STREAMS_APP_ID
+from streams import watchdog
+from streams.store import PartitionStore, encode_key, encode_value
+
+logger = logging.getLogger(__name__)
+
+#: exit status of a worker that stops because a transaction can no longer complete
+EXIT_TRANSACTION_FAILED: Final = 75
+
+#: logged once the first assignment is restored and the worker processes its input
+READY_LINE: Final = "reef streams: ready"
+
+#: most records one poll takes (a batch: one transaction per partition among them)
+MAX_POLL_RECORDS: Final = 5000
+
+
+def die(reason: str, exc: BaseException | None = None) -> NoReturn:
+    """Exit now, committing nothing: the open transactions are aborted by the next owner.
+
+    A graceful stop could commit part of a batch; the stores may hold nothing wrong (they
+    change only after a commit) but the process state is unknown. Exiting like a SIGKILL
+    is the one path exactly-once is built for: a supervisor restarts the worker.
+    """
+    logger.critical("exactly-once cannot continue (%s): exiting", reason, exc_info=exc)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(EXIT_TRANSACTION_FAILED)
+
+
+def group_id(settings: Settings) -> str:
+    return settings.kafka_topic_prefix + STREAMS_APP_ID
+
+
+def changelog_topic(group: str, processor: str) -> str:
+    return f"{group}-{processor}-state-changelog"
+
+
+def changelog_topics(settings: Settings) -> list[str]:
+    group = group_id(settings)
+    return sorted(changelog_topic(group, p.name) for p in configured_processors(settings))
+
+
+async def ensure_changelog_topics(settings: Settings) -> None:
+    """Create the changelog topics before the worker joins its group, like Reef's own
+    topics: replicated (up to 3, min ISR 2), compacted, co-partitioned with the inputs."""
+    names = changelog_topics(settings)
+    log = KafkaLog(
+        settings.kafka_bootstrap,
+        partitions=settings.partitions,
+        client_id=f"{group_id(settings)}-setup",
+        topic_configs={name: {"cleanup.policy": "compact"} for name in names},
+    )
+    await log.ensure_topics(names)
+
+
+@dataclass(frozen=True, slots=True)
+class Hosted:
+    """A processor with its full (prefixed) topic names."""
+
+    processor: Processor
+    inputs: tuple[str, ...]
+    output: str
+    changelog: str
+
+
+@dataclass(slots=True)
+class Task:
+    """Partition number ``n`` of every input topic: its producer and its stores."""
+
+    partition: int
+    producer: AIOKafkaProducer
+    stores: dict[str, PartitionStore]
+    inputs: frozenset[TopicPartition]
+    #: input offsets this task committed last (next to read)
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Pending:
+    """One batch of a task, computed and not yet sent (protocol step 1)."""
+
+    outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
+    changes: dict[str, list[tuple[bytes, bytes | None]]]
+    offsets: dict[TopicPartition, int]
+    records: int
+
+
+class StreamsHost:
+    """The exactly-once host of :mod:`reef.processors` on Kafka (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        data_dir: Path,
+        *,
+        processors: Sequence[Processor] | None = None,
+        on_fatal: Callable[[str, BaseException | None], NoReturn] = die,
+    ) -> None:
+        self.settings = settings
+        self.group = group_id(settings)
+        prefix = settings.kafka_topic_prefix
+        self.hosted = [
+            Hosted(
+                p,
+                tuple(prefix + t for t in p.inputs),
+                prefix + p.output,
+                changelog_topic(self.group, p.name),
+            )
+            for p in (processors if processors is not None else configured_processors(settings))
+        ]
+        self.readers: dict[str, list[Hosted]] = defaultdict(list)
+        for hosted in self.hosted:
+            for topic in hosted.inputs:
+                self.readers[topic].append(hosted)
+        #: merge order of records with equal timestamps (as the embedded host orders them)
+        self._topic_rank = {topic: i for i, topic in enumerate(self.readers)}
+        self.data_dir = data_dir
+        self.codec = EventCodec()
+        self._fatal = on_fatal
+        self._tasks: dict[int, Task] = {}
+        self._lock = asyncio.Lock()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._restorer: AIOKafkaConsumer | None = None
+        self._stopping = asyncio.Event()
+        #: set while a rebalance or a restore is under way (the watchdog waits then)
+        self.rebalancing = False
+        #: a deliberate wedge (SIGUSR2, for the watchdog's own test): the loop stops polling
+        self.wedged = False
+        self.processed = 0
+        self.transactions = 0
+        self._ready = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`; any failure of the exactly-once path ends the process."""
+        s = self.settings
+        self._restorer = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            client_id=f"{self.group}-restore",
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        options: dict[str, Any] = {}
+        if s.streams_instance_id:
+            # static membership: a restarted worker gets its partitions back without waiting
+            # for its killed predecessor's session to expire (and without a rebalance)
+            options["group_instance_id"] = s.streams_instance_id
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=self.group,
+            client_id=f"{self.group}-{os.getpid()}",
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            session_timeout_ms=int(s.streams_session_timeout_s * 1000),
+            heartbeat_interval_ms=int(max(1.0, s.streams_session_timeout_s / 3) * 1000),
+            max_poll_records=MAX_POLL_RECORDS,
+            fetch_max_wait_ms=100,
+            **options,
+        )
+        await self._restorer.start()
+        await self._consumer.start()
+        self._consumer.subscribe(sorted(self.readers), listener=_Listener(self))
+        watch = None
+        if s.streams_stall_timeout_s:
+            watch = asyncio.create_task(
+                watchdog.watch(self, s.kafka_bootstrap, s.streams_stall_timeout_s, self._fatal),
+                name="reef-watchdog",
+            )
+        logger.info("reef streams: group %s, processors %s", self.group, self.names())
+        try:
+            await self._loop()
+        finally:
+            if watch is not None:
+                watch.cancel()
+            async with self._lock:
+                await self._close_tasks()
+            await self._consumer.stop()
+            await self._restorer.stop()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def names(self) -> list[str]:
+        return [h.processor.name for h in self.hosted]
+
+    def input_assignment(self) -> set[TopicPartition]:
+        """The input partitions this worker holds now."""
+        return set() if self._consumer is None else set(self._consumer.assignment())
+
+    # -- the loop -------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self._stopping.is_set():
+            if self.wedged:
+                await self._stopping.wait()
+                return
+            polled = await consumer.getmany(timeout_ms=200)
+            if not polled:
+                continue
+            async with self._lock:
+                by_task: dict[int, list[list[Any]]] = defaultdict(list)
+                for tp, messages in polled.items():
+                    task = self._tasks.get(tp.partition)
+                    if task is None or tp not in task.inputs:
+                        continue  # not ready: the assignment's seek reads them again
+                    by_task[tp.partition].append(messages)
+                if not by_task:
+                    continue
+                try:
+                    await asyncio.gather(
+                        *(self._run_batch(self._tasks[n], lists) for n, lists in by_task.items())
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._fatal("a transaction failed", exc)
+
+    async def _run_batch(self, task: Task, polled: list[list[Any]]) -> None:
+        pending = self._compute(task, polled)
+        await self._commit(task, pending)
+        for name, changes in pending.changes.items():
+            task.stores[name].write(changes)
+        task.committed.update(pending.offsets)
+        self.processed += pending.records
+        self.transactions += 1
+
+    def _compute(self, task: Task, polled: list[list[Any]]) -> Pending:
+        """Protocol step 1: the batch's outputs, state changes and next offsets."""
+        buffers = {name: WriteBuffer(store) for name, store in task.stores.items()}
+        outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]] = []
+        offsets: dict[TopicPartition, int] = {}
+        count = 0
+        rank = self._topic_rank
+        for message in heapq.merge(
+            *polled, key=lambda m: (m.timestamp, rank[m.topic], m.offset)
+        ):
+            count += 1
+            offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+            event = self._decode(message)
+            if event is None:
+                continue
+            for hosted in self.readers[message.topic]:
+                for output in hosted.processor.step(buffers[hosted.processor.name], event):
+                    value, headers = self.codec.encode(output)
+                    outputs.append((hosted.output, output.scenario.encode(), value, headers))
+        changes = {
+            name: [
+                (encode_key(key), None if value is None else encode_value(value))
+                for key, value in buffer.changes()
+            ]
+            for name, buffer in buffers.items()
+        }
+        return Pending(outputs, changes, offsets, count)
+
+    def _decode(self, message: Any) -> Event | None:
+        try:
+            return self.codec.decode(message.value)
+        except Exception:
+            logger.exception(
+                "skipping undecodable record %s[%d]@%d",
+                message.topic,
+                message.partition,
+                message.offset,
+            )
+            return None
+
+    async def _commit(self, task: Task, pending: Pending) -> None:
+        """Protocol step 2: outputs, changelog records and offsets in one transaction."""
+        producer = task.producer
+        n = task.partition
+        timeout = self.settings.streams_stall_timeout_s or None
+        await producer.begin_transaction()
+        sent = [
+            await producer.send(topic, value, key=key, partition=n, headers=headers)
+            for topic, key, value, headers in pending.outputs
+        ]
+        changelog = {h.processor.name: h.changelog for h in self.hosted}
+        for name, changes in pending.changes.items():
+            for key, value in changes:
+                sent.append(await producer.send(changelog[name], value, key=key, partition=n))
+        await asyncio.gather(*sent)
+        await producer.send_offsets_to_transaction(pending.offsets, self.group)
+        try:
+            await asyncio.wait_for(producer.commit_transaction(), timeout)
+        except TimeoutError:
+            self._fatal(f"transaction commit did not complete in {timeout:.0f} s", None)
+
+    # -- rebalances -----------------------------------------------------------------
+
+    async def revoked(self, partitions: Iterable[TopicPartition]) -> None:
+        self.rebalancing = True
+        async with self._lock:  # the batch in flight commits first
+            await self._close_tasks()
+
+    async def assigned(self, partitions: Iterable[TopicPartition]) -> None:
+        self.rebalancing = True
+        try:
+            async with self._lock:
+                await self._close_tasks()
+                numbers: dict[int, set[TopicPartition]] = defaultdict(set)
+                for tp in partitions:
+                    numbers[tp.partition].add(tp)
+                started = time.monotonic()
+                tasks = await asyncio.gather(
+                    *(self._open_task(n, tps) for n, tps in sorted(numbers.items()))
+                )
+                await self._restore(tasks)
+                await self._seek_committed(tasks)
+                self._tasks = {task.partition: task for task in tasks}
+                logger.info(
+                    "assigned partitions %s: restored and ready in %.2f s",
+                    sorted(numbers),
+                    time.monotonic() - started,
+                )
+                if not self._ready:
+                    self._ready = True
+                    logger.info("%s (group %s)", READY_LINE, self.group)
+        finally:
+            self.rebalancing = False
+
+    async def _open_task(self, n: int, inputs: set[TopicPartition]) -> Task:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            client_id=f"{self.group}-{n}",
+            transactional_id=f"{self.group}-{n}",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            max_batch_size=1024 * 1024,
+        )
+        await producer.start()  # init_transactions: fences the previous owner
+        stores = {
+            h.processor.name: PartitionStore(self.data_dir / f"{h.processor.name}-{n}")
+            for h in self.hosted
+        }
+        return Task(n, producer, stores, frozenset(inputs))
+
+    async def _restore(self, tasks: Sequence[Task]) -> None:
+        """Copy each task's changelog partitions, committed records only, into its stores."""
+        restorer = self._restorer
+        assert restorer is not None
+        targets = {
+            TopicPartition(h.changelog, task.partition): task.stores[h.processor.name]
+            for task in tasks
+            for h in self.hosted
+        }
+        if not targets:
+            return
+        ends = await restorer.end_offsets(list(targets))
+        todo = [tp for tp in targets if ends[tp] > 0]
+        restorer.assign(todo)
+        for tp in todo:
+            restorer.seek(tp, 0)
+        count = 0
+        while todo:
+            polled = await restorer.getmany(*todo, timeout_ms=500, max_records=20000)
+            for tp, messages in polled.items():
+                targets[tp].write((m.key, m.value) for m in messages if m.offset < ends[tp])
+                count += len(messages)
+            todo = [tp for tp in todo if await restorer.position(tp) < ends[tp]]
+        restorer.assign([])
+        if count:
+            logger.info("restored %d changelog records", count)
+
+    async def _seek_committed(self, tasks: Sequence[Task]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        for task in tasks:
+            for tp in task.inputs:
+                offset = await consumer.committed(tp)
+                if offset is None:
+                    consumer.seek_to_beginning(tp)
+                    task.committed[tp] = 0
+                else:
+                    consumer.seek(tp, offset)
+                    task.committed[tp] = int(offset)
+
+    async def _close_tasks(self) -> None:
+        tasks, self._tasks = list(self._tasks.values()), {}
+        await asyncio.gather(*(task.producer.stop() for task in tasks))
+        for task in tasks:
+            for store in task.stores.values():
+                store.close()
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Runs the host's rebalance steps; a failure in them ends the worker (aiokafka
+    would only log it, and the worker would go on without its partitions' tasks)."""
+
+    def __init__(self, host: StreamsHost) -> None:
+        self._host = host
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._guarded(self._host.revoked(revoked), "revoking partitions")
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self._guarded(self._host.assigned(assigned), "taking up partitions")
+
+    async def _guarded(self, step: Any, what: str) -> None:
+        try:
+            await step
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._host._fatal(f"{what} failed", exc)
+
+
+def install_signal_handlers(host: StreamsHost) -> None:
+    """SIGTERM/SIGINT: stop after the batch in flight; SIGUSR2: wedge the loop on purpose
+    (it stops polling and committing while the process stays alive: the watchdog's test)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, host.stop)
+
+    def wedge() -> None:
+        logger.warning("SIGUSR2: the loop stops processing (a deliberate wedge)")
+        host.wedged = True
+
+    loop.add_signal_handler(signal.SIGUSR2, wedge)
+
+
+async def serve(settings: Settings, data_dir: Path) -> None:
+    """``reef streams`` on Kafka: changelog topics first, then the host until a signal."""
+    await ensure_changelog_topics(settings)
+    host = StreamsHost(settings, data_dir)
+    install_signal_handlers(host)
+    await host.run()
+
+
+def data_dir_base(settings: Settings) -> Path:
+    """Where this deployment's workers keep their data directories (see streams.datadir)."""
+    return settings.state_dir / "streams" / group_id(settings)
