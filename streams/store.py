@@ -51,7 +51,7 @@ class PartitionStore:
         self.path = path
         self._db = Rdict(str(path), options)
         unlogged = WriteOptions()
-        unlogged.disable_wal(True)
+        unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property (the stub says method)
         self._db.set_write_options(unlogged)
 
     def get(self, key: str) -> Any:
