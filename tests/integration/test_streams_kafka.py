@@ -1,11 +1,11 @@
-"""The Faust host (``reef streams``) on the single-node Kafka: exactly-once, CAS, replay.
+"""The Kafka host (``reef streams``) on the single-node Kafka: exactly-once, CAS, replay.
 
 Each test namespaces its topics with a unique ``--kafka-topic-prefix`` and deletes them
-at the end. Workers run as real ``reef streams`` processes. Faust reads settings from the
+at the end. Workers run as real ``reef streams`` processes, configured through the
 environment: the worker's consumer is a static group member (``group.instance.id``) with
 a 6 s session timeout, so a worker restarted after SIGKILL takes its partitions back at
-once instead of waiting a minute for the dead member's session (and the rebalances in
-between, where Faust's exactly-once has known bugs, are not what these tests are about).
+once instead of waiting for the dead member's session (rebalances have tests of their
+own in test_streams_scaleout.py).
 
 * exactly-once: reports (with identical resends, producer retries and second reports on
   consumed receipts) are produced while the worker is SIGKILLed at random moments and
@@ -13,7 +13,8 @@ between, where Faust's exactly-once has known bugs, are not what these tests are
   the expected fates, no duplicate by event id or by report, and the join's changelog
   holds exactly the state replay rebuilds;
 * compare-and-swap: eight proposers race on one parent: one commit, seven stale_parent;
-* replay: after a mixed workload ``reef replay --compare-live`` reports equal digests.
+* replay: after a mixed workload ``reef replay --compare-live`` reports equal digests;
+* watchdog: a worker wedged on purpose (SIGUSR2) is ended with status 75.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from tests.unit.test_join_properties import inference, receipt, report
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 #: worker settings so a killed member's partitions come back quickly
-FAUST_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
+WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 INPUTS = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
 
 
@@ -104,10 +105,15 @@ class Worker:
     process: ManagedProcess | None = None
     starts: int = 0
     ready_seconds: list[float] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
         self.starts += 1
-        env = {**FAUST_ENV, "REEF_STREAMS_INSTANCE_ID": f"reef-test-{self.prefix}worker"}
+        env = {
+            **WORKER_ENV,
+            "REEF_STREAMS_INSTANCE_ID": f"reef-test-{self.prefix}worker",
+            **self.env,
+        }
         argv = [
             reef_executable(),
             "streams",
@@ -246,7 +252,7 @@ def _key(raw: str) -> str:
 
 
 async def live_table(log: KafkaLog, name: str) -> dict[str, Any]:
-    """A processor's table from its changelog; Faust writes ``str`` keys JSON-encoded."""
+    """A processor's table from its changelog (``str`` keys are written JSON-encoded)."""
     return {_key(key): value for key, value in (await _changelog_table(log, name)).items()}
 
 
@@ -548,3 +554,33 @@ async def test_replay_digests_equal_live_on_kafka(
     body = json.loads(done.stdout)
     assert body["replayed"]["join"] == state_digest(result.processor_states["join"].data)
     assert done.returncode == 0 and body["equal"] is True, done.stdout
+
+
+# ---------------------------------------------------------------------------
+# (d) the watchdog ends a wedged worker
+
+
+async def test_a_wedged_worker_is_detected_and_exits_75(log: KafkaLog, worker: Worker) -> None:
+    """SIGUSR2 stops the host's loop on purpose (alive, consuming nothing, committing
+    nothing): the watchdog's own rule, asked of the brokers, must end it with status 75."""
+    worker.env["REEF_STREAMS_STALL_TIMEOUT_S"] = "4"
+    worker.start()
+    await worker.wait_ready()
+    store = EventStore(log)
+    s = "wedge"
+    await store.append_all([inference(s, receipt(s, 0), now(), release="rel-0")])
+    await wait_until_inputs_committed(log, worker)  # it works before the wedge
+    assert worker.process is not None
+    os.kill(worker.process.pid, signal.SIGUSR2)
+    await asyncio.sleep(1.0)
+    await store.append_all([inference(s, receipt(s, i), now(), release="rel-0") for i in (1, 2)])
+    began = time.monotonic()
+    while worker.process.running():
+        assert time.monotonic() - began < 60, "the wedged worker was not ended in 60 s"
+        await asyncio.sleep(0.2)
+    took = time.monotonic() - began
+    assert worker.process.process.returncode == 75, worker.process.output()
+    text = worker.output_text()
+    assert "deliberate wedge" in text and "no progress: " in text, text
+    assert "records wait after offset" in text, text
+    print(f"wedge detected and the worker exited 75 after {took:.1f} s (stall timeout 4 s)")
