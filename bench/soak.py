@@ -6,7 +6,7 @@ What runs (real processes on loopback, started and stopped here):
   process, the stream processors in another, the ``sft`` trainer and the engine's sidecar
   in the serve process), as ``reef demo`` runs it;
 - ``--log kafka``: ``reef serve --log kafka`` (API + local engine + sidecar), ``reef
-  streams`` (the Faust worker hosting the join and the release chain) and ``reef
+  streams`` (the stream worker hosting the join and the release chain) and ``reef
   trainer`` (sft), all on topics under a unique ``--kafka-topic-prefix`` that is deleted
   at the end. The trainer shares the serve's state dir (local artifact store).
 
@@ -82,7 +82,7 @@ from tests.support.servers import (
 TOKEN = "soak-token"
 SCENARIO = "soak"
 ROLES = ("serve", "processors", "engine", "streams", "trainer", "other")
-FAUST_ENV = {"BROKER_SESSION_TIMEOUT": "6", "BROKER_HEARTBEAT_INTERVAL": "1"}
+WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 MB = 1024 * 1024
 
 
@@ -239,7 +239,7 @@ def start_embedded(work: Path, config: Path) -> Deployment:
 
 
 def _start_streams(flags: list[str], work: Path, env: dict[str, str]) -> ManagedProcess:
-    """``reef streams`` in its own working directory (Faust writes its data dir there)."""
+    """``reef streams`` in its own working directory (its data dir is there)."""
     argv = [reef_executable(), "streams", *flags]
     work.mkdir(parents=True, exist_ok=True)
     out, err = work / "streams.stdout.log", work / "streams.stderr.log"
@@ -249,7 +249,7 @@ def _start_streams(flags: list[str], work: Path, env: dict[str, str]) -> Managed
             stdout=stdout,
             stderr=stderr,
             stdin=subprocess.DEVNULL,
-            env=clean_env({**env, **FAUST_ENV}),
+            env=clean_env({**env, **WORKER_ENV}),
             cwd=work,
         )
     return ManagedProcess(argv, process, out, err)

@@ -95,7 +95,7 @@ async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
 
 
 def _json_keys(table: dict[str, Any]) -> dict[str, Any]:
-    """Faust writes a ``str``-keyed table's keys JSON-encoded (``'"rec/..."'``): decode them."""
+    """The stream workers write a table's ``str`` keys JSON-encoded (``'"rec/..."'``): decode them."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         try:
@@ -107,7 +107,7 @@ def _json_keys(table: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _changelog_table(log: EventLog, name: str) -> dict[str, Any]:
-    """The latest value per key of a Faust table's changelog (tombstones delete)."""
+    """The latest value per key of a stream worker's table changelog (tombstones delete)."""
     table: dict[str, Any] = {}
     async for record in log.read(f"{STREAMS_APP_ID}-{name}-state-changelog"):
         key = (record.key or b"").decode()

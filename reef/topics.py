@@ -60,8 +60,8 @@ def key_topic_configs(segment_ms: int) -> dict[str, str]:
 
 DEFAULT_PARTITIONS: Final = 6
 
-#: the Faust app id of ``reef streams`` (also its consumer group and the prefix of its
-#: changelog topics), before the deployment's topic prefix
+#: the id of ``reef streams`` (its consumer group, the prefix of its transactional ids
+#: and of its changelog topics), before the deployment's topic prefix
 STREAMS_APP_ID: Final = "reef-streams"
 
 

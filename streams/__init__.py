@@ -1,1 +1,1 @@
-"""Faust hosting of Reef's stream processors on Kafka (``reef streams``)."""
+"""Reef's exactly-once host of the stream processors on Kafka (``reef streams``)."""

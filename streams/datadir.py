@@ -1,4 +1,4 @@
-"""The Faust worker's data directory (its RocksDB tables): one per worker, emptied at start.
+"""A stream worker's data directory (its RocksDB stores): one per worker, emptied at start.
 
 Layout: ``<state_dir>/streams/<app id>/worker-<n>``. A worker claims the first slot no
 other live worker holds (an ``flock`` on ``worker-<n>.lock``, released by the kernel
@@ -6,13 +6,10 @@ when the process dies, SIGKILL included), so workers of one deployment on one ma
 never share RocksDB files, and a killed worker's slot is reused instead of piling up; a
 worker that stops normally removes its slot's files.
 
-The slot is emptied before the worker starts. Faust writes a table update to RocksDB
-while the step runs, before the Kafka transaction that carries its changelog record
-commits: after a crash the files can hold writes of an aborted transaction (a report
-remembered whose sample was never committed, so its redelivery would be skipped). The
-changelog, read ``read_committed``, is the only copy exactly-once can trust, so every
-start restores the tables from it, as the in-memory store did; RocksDB only keeps the
-tables out of memory while the worker runs.
+The slot is emptied before the worker starts. The changelog, read ``read_committed``, is
+the only copy of the state exactly-once can trust, so every assignment restores the
+stores from it (:mod:`streams.host`); RocksDB only keeps the state out of memory while
+the worker runs.
 """
 
 from __future__ import annotations

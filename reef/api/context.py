@@ -74,7 +74,7 @@ def processor_group(settings: Settings, name: str) -> str:
     """The consumer group whose offsets record a processor's progress."""
     if settings.log == "embedded":
         return f"processor:{name}"
-    return STREAMS_APP_ID  # the Faust app's group; the log adds the topic prefix
+    return STREAMS_APP_ID  # the stream workers' group; the log adds the topic prefix
 
 
 async def processor_lag(ctx: AppContext) -> dict[str, dict[str, int]]:

@@ -8,7 +8,7 @@ two records and then checks every place the content could be:
 
 * the log's raw bytes: every file of the embedded state dir (SQLite database and WAL,
   the artifact store with the claim-checked objects, logs) — or, on Kafka, every record
-  of every topic of the deployment (Faust changelogs included) read from the beginning,
+  of every topic of the deployment (the workers' changelogs included) read from the beginning,
   and the broker's segment files of the key topic once the cleaner ran;
 * the erased data keys themselves (absent everywhere: nothing can decrypt the sealed
   copies that stay in the immutable log);
@@ -124,7 +124,7 @@ class Deployment:
             chunks: list[bytes] = []
             try:
                 names = [*topics.LOG_TOPICS]
-                if self.prefix:  # the Faust changelogs (and any other topic) of the prefix
+                if self.prefix:  # the workers' changelogs (and any other topic) of the prefix
                     names = await _prefixed_topics(log, self.prefix)
                 for topic in names:
                     async for record in log.read(topic):

@@ -80,12 +80,8 @@ from tests.support.servers import (
     start_reef,
 )
 
-#: Faust: a stopped member's partitions are handed over quickly
-FAUST_ENV = {
-    "BROKER_SESSION_TIMEOUT": "6",
-    "BROKER_HEARTBEAT_INTERVAL": "1",
-    "BROKER_REBALANCE_TIMEOUT": "10",
-}
+#: a stopped worker's partitions are handed over quickly
+WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 
 
 def _run(coro: Any) -> Any:
@@ -1000,7 +996,7 @@ class StreamsWorker:
 
 
 def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
-    """``reef streams`` in its own working directory (Faust writes its data dir there)."""
+    """``reef streams`` in its own working directory (its data dir is there)."""
     argv = [reef_executable(), "streams", *log_flags]
     work_dir.mkdir(parents=True, exist_ok=True)
     out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
@@ -1010,7 +1006,7 @@ def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
             stdout=stdout,
             stderr=stderr,
             stdin=subprocess.DEVNULL,
-            env=clean_env(FAUST_ENV),
+            env=clean_env(WORKER_ENV),
             cwd=work_dir,
         )
     return StreamsWorker(ManagedProcess(argv, process, out, err))

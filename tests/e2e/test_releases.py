@@ -71,12 +71,8 @@ SEED_FILES = {
     "skills/a.md": "# Skill A\nSay hello.\n",
 }
 WEIGHT_BYTES = 3 * 1024 * 1024 + 17  # not a multiple of any chunk size
-#: Faust: a stopped member's partitions are handed over quickly
-FAUST_ENV = {
-    "BROKER_SESSION_TIMEOUT": "6",
-    "BROKER_HEARTBEAT_INTERVAL": "1",
-    "BROKER_REBALANCE_TIMEOUT": "10",
-}
+#: a stopped worker's partitions are handed over quickly
+WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 
 
 def _run(coro: Any) -> Any:
@@ -273,7 +269,7 @@ class StreamsWorker:
 
 
 def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
-    """``reef streams`` in its own working directory (Faust writes its data dir there)."""
+    """``reef streams`` in its own working directory (its data dir is there)."""
     argv = [
         reef_executable(),
         "streams",
@@ -292,7 +288,7 @@ def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
             stdout=stdout,
             stderr=stderr,
             stdin=subprocess.DEVNULL,
-            env=clean_env(FAUST_ENV),
+            env=clean_env(WORKER_ENV),
             cwd=work_dir,
         )
     return StreamsWorker(ManagedProcess(argv, process, out, err))

@@ -132,7 +132,7 @@ def kafka_log_factory(bootstrap: str, prefix: str) -> Callable[[], KafkaLog]:
 
 @dataclass
 class StreamsWorker:
-    """``reef streams`` on Kafka (Faust), in its own work dir; killed and restarted by tests."""
+    """``reef streams`` on Kafka, in its own work dir; killed and restarted by tests."""
 
     bootstrap: str
     prefix: str

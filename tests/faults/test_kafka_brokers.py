@@ -199,7 +199,7 @@ def test_network_stall_of_the_broker(
                 load.wait_acks(30, since=resumed_at, timeout=90)
             result = load.result
             restarted = ""
-            if not worker.running():  # Faust gives up on a broker gone for this long
+            if not worker.running():  # a commit that hangs through the stall ends the worker (75)
                 restarted = "; the stream worker exited during the stall and was restarted"
                 worker.start()
                 worker.wait_ready(timeout=120)

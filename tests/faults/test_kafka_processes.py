@@ -1,13 +1,13 @@
 """Processes of a Kafka deployment die under load: an API replica, a stream worker.
 
 Each test runs on the single-node Kafka under its own topic prefix (deleted after):
-``reef streams`` (Faust) for the join and the chain, one or two ``reef serve`` replicas,
+``reef streams`` for the join and the chain, one or two ``reef serve`` replicas,
 and the steady load (chat completions + a report on each receipt).
 
 * API replica: two replicas share the log; one is SIGKILLed, the clients fail over to the
   other, the dead one is restarted on its port. Every receipt acknowledged before, during
   and after is in the log.
-* stream worker: the Faust worker is SIGKILLed and restarted (static membership); the
+* stream worker: the worker is SIGKILLed and restarted (static membership); the
   API keeps acknowledging (the log does not need the worker), and once the worker is
   back every report has exactly one fate, no sample twice.
 """
@@ -142,15 +142,13 @@ def test_sigkill_of_a_stream_worker(
             load.wait_acks(20, since=time.monotonic())
             end = time.monotonic()
         result = load.result
-        # Restarted under live input, the Faust worker sometimes crashes right after Ready
-        # (KeyError for a changelog topic in PartitionAssignor.group_for_topic) or stays
-        # alive without ever committing again: a supervisor with a liveness probe on the
-        # lag restarts it, as a deployment must; each is recorded in the row's notes.
+        # The worker runs supervised, as a deployment must run it: any restart (an exit
+        # or the probe on the lag) is recorded in the row's notes.
         caught_up_s = worker.wait_caught_up(timeout=120, supervised=True)
         report = consistency.check(kafka_log_factory(kafka_bootstrap, prefix), result, scenarios)
         fault_table.record(
             FaultRow(
-                "SIGKILL of a stream worker (Faust, restarted)",
+                "SIGKILL of a stream worker (restarted)",
                 result.offered_rate(fault_at, end),
                 result.acknowledged(),
                 report.lost,

@@ -3,7 +3,7 @@
 * ``embedded``: one ``reef serve`` (local tiny engine, its sidecar, the in-process
   trainer; the processors in its child process).
 * ``kafka``: the same ``reef serve --log kafka`` (API, local engine, sidecar) on a topic
-  prefix of its own, a ``reef streams`` worker (Faust: join, release chain) and a
+  prefix of its own, a ``reef streams`` worker (join, release chain) and a
   ``reef trainer --log kafka`` process sharing ``reef serve``'s state dir (the local
   artifact store). The topics are deleted at the end.
 

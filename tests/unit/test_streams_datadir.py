@@ -1,4 +1,4 @@
-"""The Faust worker's data directory: exclusive per worker, empty at start, removed at exit.
+"""The stream worker's data directory: exclusive per worker, empty at start, removed at exit.
 
 A slot held by a process that was SIGKILLed is free again (the kernel drops its flock),
 and the next worker finds it empty: RocksDB files a killed worker left may hold table
