@@ -95,7 +95,7 @@ async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
 
 
 def _json_keys(table: dict[str, Any]) -> dict[str, Any]:
-    """The stream workers write a table's ``str`` keys JSON-encoded (``'"rec/..."'``): decode them."""
+    """Workers write a table's ``str`` keys JSON-encoded (``'"rec/..."'``): decode them."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         try:

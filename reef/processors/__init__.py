@@ -1,1 +1,1 @@
-"""Stream processors: deterministic (state, event) → outputs, hosted on Kafka (streams/) or embedded."""
+"""Stream processors: deterministic (state, event) → outputs, hosted on Kafka or embedded."""

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from reef.settings import Settings
-from streams.host import data_dir_base
 from streams.datadir import worker_data_dir
+from streams.host import data_dir_base
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
