@@ -257,6 +257,11 @@ class Supervisor:
         with self._lock:
             return {w.pid: w for w in self.workers if w.pid is not None and w.alive()}
 
+    def live_instances(self) -> dict[str, Worker]:
+        """Instance id -> its worker, for the workers whose process is alive now."""
+        with self._lock:
+            return {w.instance_id: w for w in self.workers if w.alive()}
+
     def add(self) -> Worker:
         with self._lock:
             self._slots += 1
@@ -320,6 +325,11 @@ class Supervisor:
                 if ended.pid == pid:
                     return ended
         return None
+
+    def forget(self, ended: Exit) -> None:
+        """Count an exit apart (the wedge self-test's): "self-test" instead of its cause."""
+        with self._lock:
+            ended.cause = "self-test"
 
     def counts(self) -> Counter[str]:
         with self._lock:
@@ -410,8 +420,8 @@ class Observation:
     error: str = ""
     state: str = ""
     members: int = 0
-    #: input partition -> pid of the member that holds it (from the member's client id)
-    owners: dict[TopicPartition, int] = field(default_factory=dict)
+    #: input partition -> instance id of the (static) member that holds it
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
     ends: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -453,10 +463,15 @@ class Wedge:
         )
 
 
-def _pid_of(client_id: str) -> int | None:
-    """``<group>-<pid>``: the host names its group consumer after its process id."""
-    tail = client_id.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+def instance_of(member_id: str) -> str | None:
+    """The instance id of a static member: the coordinator names it ``<instance>-<uuid4>``.
+
+    (Not the client id: when a static member is replaced, e.g. a killed worker restarted
+    with the same instance id, the coordinator keeps the old member's client id, which
+    names the dead process.)"""
+    if len(member_id) > 37 and member_id[-37] == "-":
+        return member_id[:-37]
+    return None
 
 
 class WedgeMonitor:
@@ -591,14 +606,14 @@ class WedgeMonitor:
     ) -> Observation:
         (response,) = await asyncio.wait_for(admin.describe_consumer_groups([self.group]), 5)
         (group,) = response.to_object()["groups"]
-        owners: dict[TopicPartition, int] = {}
+        owners: dict[TopicPartition, str] = {}
         for member in group["members"]:
-            pid = _pid_of(member["client_id"])
+            instance = instance_of(member["member_id"])
             raw = member["member_assignment"]
-            if pid is None or not raw:
+            if instance is None or not raw:
                 continue
             for tp in ConsumerProtocolMemberAssignment.decode(raw).partitions():
-                owners[TopicPartition(tp.topic, tp.partition)] = pid
+                owners[TopicPartition(tp.topic, tp.partition)] = instance
         offsets = await asyncio.wait_for(admin.list_consumer_group_offsets(self.group), 5)
         committed = {
             TopicPartition(tp.topic, tp.partition): max(0, meta.offset)
@@ -624,13 +639,14 @@ class WedgeMonitor:
             if self._paused or not seen.ok or starved:
                 self._since.clear()
                 return
-        live = self.supervisor.live_pids()
+        live = self.supervisor.live_instances()
+        pids = {w.pid for w in live.values()}
         for key, wedge in list(self._open.items()):
             tp, committed, pid = key
             if seen.committed.get(tp, 0) > committed:
                 wedge.outcome = "progressed on its own"
                 del self._open[key]
-            elif pid not in live:
+            elif pid not in pids:
                 ended = self.supervisor.exit_of(pid)
                 if ended is None:
                     wedge.outcome = "worker gone"
@@ -644,16 +660,12 @@ class WedgeMonitor:
         for tp in self.tps:
             end = seen.ends.get(tp)
             done = seen.committed.get(tp, 0)
-            pid = seen.owners.get(tp)
-            if (
-                end is None
-                or done >= end
-                or seen.state != "Stable"
-                or pid is None
-                or pid not in live
-            ):
+            worker = live.get(seen.owners.get(tp, ""))
+            if end is None or done >= end or seen.state != "Stable" or worker is None:
                 self._since.pop(tp, None)
                 continue
+            pid = worker.pid
+            assert pid is not None
             key = (done, pid)
             first = self._since.get(tp)
             if first is None or first[0] != key:
@@ -662,7 +674,6 @@ class WedgeMonitor:
             stood = now - first[1]
             open_key = (tp, done, pid)
             if stood >= self.stall_s and open_key not in self._open:
-                worker = live[pid]
                 wedge = Wedge(
                     time.monotonic(),
                     tp,

@@ -29,10 +29,11 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ ASSIGNED_LINE = re.compile(r"assigned partitions \[([0-9, ]*)\]")
 Offsets = dict[str, dict[int, int]]
 
 
-def scenario_names(tag: str, wanted: Iterable[int], partitions: int = PARTITIONS) -> list[str]:
+def scenario_names(tag: str, wanted: Sequence[int], partitions: int = PARTITIONS) -> list[str]:
     """One scenario name per wanted partition, each hashing (Kafka's default partitioner,
     the scenario is the record key) into that partition; in the order of ``wanted``."""
     found: dict[int, str] = {}
@@ -210,7 +211,7 @@ class Worker:
         os.kill(self.process.pid, signal.SIGTERM)
         try:
             return self.process.process.wait(timeout)
-        except Exception:
+        except subprocess.TimeoutExpired:
             self.kill()
             return None
 
@@ -393,8 +394,10 @@ def test_stream_workers_scale_out_and_in_under_load(
     }
     w1, w2, w3 = workers.values()
     reef: ReefProcess | None = None
-    scenarios = scenario_names(f"scale-{uuid.uuid4().hex[:6]}", range(PARTITIONS))
+    scenarios = scenario_names(f"scale-{uuid.uuid4().hex[:6]}", list(range(PARTITIONS)))
     try:
+        ends = read_offsets(open_log, INPUTS)
+        assert {t: len(e) for t, e in ends.items()} == dict.fromkeys(INPUTS, PARTITIONS), ends
         w1.start()
         reef = serve_kafka(kafka_bootstrap, prefix, upstream, tmp_path / "reef")
         create_scenarios(reef.base_url, scenarios)
@@ -615,9 +618,7 @@ def test_two_trainers_split_the_sample_partitions(
 
     # every sample on its scenario's partition, trained into exactly one release
     assert all(isinstance(s.event, SampleJoined) for s in samples)
-    assert {s.partition for s in samples if s.event.scenario in scenarios} == set(
-        partition_of.values()
-    )
+    assert {s.partition for s in samples} == set(partition_of.values())
     for stored in samples:
         assert stored.partition == partition_of[stored.event.scenario], stored
     assert len(trained) == len(set(trained)) == total, "a sample trained twice, or not at all"
@@ -628,6 +629,7 @@ def test_two_trainers_split_the_sample_partitions(
         for s in read_topic(deployed, topics.RELEASE_PROPOSALS)
         if isinstance(s.event, ReleaseProposed) and s.event.scenario in owner_of
     ]
+    assert len(proposals) == total // BATCH, proposals
     pids = {name: trainer.pid for name, trainer in trainers.items()}
     for proposal in proposals:
         owner = owner_of[proposal.scenario]
@@ -640,6 +642,8 @@ def test_two_trainers_split_the_sample_partitions(
         mine = {s for s in scenarios if owner_of[s] == name}
         logged = set(re.findall(r"training \d+ samples of (\S+) on release", text))
         assert logged == mine, f"{name} trained {sorted(logged)}, owns {sorted(mine)}"
+        # it read the samples of its own partitions only, and committed only their offsets
+        assert statuses[name]["samples_read"] == SAMPLES_PER_SCENARIO * len(mine), statuses[name]
         committed = {int(p) for p in statuses[name]["committed_offsets"]}
         assert committed <= set(OWNED[name]), f"{name} committed offsets of {committed}"
         assert {partition_of[s] for s in mine} <= committed, statuses[name]
