@@ -67,7 +67,7 @@ from reef.processors.state import Processor, WriteBuffer
 from reef.settings import Settings
 from reef.topics import STREAMS_APP_ID
 from streams import watchdog
-from streams.store import PartitionStore, encode_key, encode_value
+from streams.store import Change, PartitionStore
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class Pending:
     """One batch of a task, computed and not yet sent (protocol step 1)."""
 
     outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
-    changes: dict[str, list[tuple[bytes, bytes | None]]]
+    changes: dict[str, list[Change]]
     offsets: dict[TopicPartition, int]
     records: int
 
@@ -292,7 +292,7 @@ class StreamsHost:
         pending = self._compute(task, polled)
         await self._commit(task, pending)
         for name, changes in pending.changes.items():
-            task.stores[name].write(changes)
+            task.stores[name].commit(changes)
         task.committed.update(pending.offsets)
         self.processed += pending.records
         self.transactions += 1
@@ -317,10 +317,7 @@ class StreamsHost:
                     value, headers = self.codec.encode(output)
                     outputs.append((hosted.output, output.scenario.encode(), value, headers))
         changes = {
-            name: [
-                (encode_key(key), None if value is None else encode_value(value))
-                for key, value in buffer.changes()
-            ]
+            name: [Change.of(key, value) for key, value in buffer.changes()]
             for name, buffer in buffers.items()
         }
         return Pending(outputs, changes, offsets, count)
@@ -340,18 +337,20 @@ class StreamsHost:
     async def _commit(self, task: Task, pending: Pending) -> None:
         """Protocol step 2: outputs, changelog records and offsets in one transaction."""
         producer = task.producer
-        n = task.partition
         timeout = self.settings.streams_stall_timeout_s or None
         await producer.begin_transaction()
-        sent = [
-            await producer.send(topic, value, key=key, partition=n, headers=headers)
-            for topic, key, value, headers in pending.outputs
-        ]
-        changelog = {h.processor.name: h.changelog for h in self.hosted}
-        for name, changes in pending.changes.items():
-            for key, value in changes:
-                sent.append(await producer.send(changelog[name], value, key=key, partition=n))
-        await asyncio.gather(*sent)
+        records: dict[str, list[tuple[bytes, bytes | None, Sequence[tuple[str, bytes]]]]]
+        records = defaultdict(list)
+        for topic, key, value, headers in pending.outputs:
+            records[topic].append((key, value, headers))
+        for h in self.hosted:
+            records[h.changelog] += [
+                (c.raw_key, c.raw_value, ()) for c in pending.changes[h.processor.name]
+            ]
+        delivered = []
+        for topic, rows in records.items():
+            delivered += await _send_batches(producer, topic, task.partition, rows)
+        await asyncio.gather(*delivered)
         await producer.send_offsets_to_transaction(pending.offsets, self.group)
         try:
             await asyncio.wait_for(producer.commit_transaction(), timeout)
@@ -428,7 +427,7 @@ class StreamsHost:
         while todo:
             polled = await restorer.getmany(*todo, timeout_ms=500, max_records=20000)
             for tp, messages in polled.items():
-                targets[tp].write((m.key, m.value) for m in messages if m.offset < ends[tp])
+                targets[tp].restore((m.key, m.value) for m in messages if m.offset < ends[tp])
                 count += len(messages)
             todo = [tp for tp in todo if await restorer.position(tp) < ends[tp]]
         restorer.assign([])
@@ -454,6 +453,27 @@ class StreamsHost:
         for task in tasks:
             for store in task.stores.values():
                 store.close()
+
+
+async def _send_batches(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    rows: Sequence[tuple[bytes, bytes | None, Sequence[tuple[str, bytes]]]],
+) -> list[asyncio.Future[Any]]:
+    """Send ``rows`` (key, value, headers) to one partition in as few record batches as
+    fit; the futures resolve when the broker has each batch."""
+    delivered: list[asyncio.Future[Any]] = []
+    batch = producer.create_batch()
+    for key, value, headers in rows:
+        if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
+            delivered.append(await producer.send_batch(batch, topic, partition=partition))
+            batch = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
+                raise ValueError(f"a record for {topic} exceeds the producer's batch size")
+    if batch.record_count():
+        delivered.append(await producer.send_batch(batch, topic, partition=partition))
+    return delivered
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

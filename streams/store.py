@@ -6,7 +6,7 @@ records without decoding them and the changelog format stays what ``reef replay`
 
 The store only ever holds committed state: the host restores it from the changelog read
 ``read_committed``, and applies a batch's writes only after the Kafka transaction that
-carries them committed (:meth:`write`). It lives in the worker's data directory, which
+carries them committed (:meth:`commit`). It lives in the worker's data directory, which
 is emptied at each start (:mod:`streams.datadir`), and skips RocksDB's write-ahead log:
 a crash loses nothing the changelog does not hold.
 """
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,6 +28,11 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, Writ
 WRITE_BUFFER_BYTES: Final = 4 * 1024 * 1024
 MAX_WRITE_BUFFERS: Final = 2
 BLOCK_CACHE_BYTES: Final = 8 * 1024 * 1024
+#: decoded values kept in memory per store, weighed by their JSON bytes (absent keys too:
+#: the join looks up many keys not written yet)
+VALUE_CACHE_BYTES: Final = 4 * 1024 * 1024
+_ENTRY_WEIGHT: Final = 100
+_ABSENT: Final = object()
 
 
 def encode_key(key: str) -> bytes:
@@ -34,6 +41,20 @@ def encode_key(key: str) -> bytes:
 
 def encode_value(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One key's new value (None: deleted), decoded and as its changelog record."""
+
+    key: str
+    value: Any
+    raw_key: bytes
+    raw_value: bytes | None
+
+    @classmethod
+    def of(cls, key: str, value: Any) -> Change:
+        return cls(key, value, encode_key(key), None if value is None else encode_value(value))
 
 
 class PartitionStore:
@@ -53,20 +74,56 @@ class PartitionStore:
         unlogged = WriteOptions()
         unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property (the stub says method)
         self._db.set_write_options(unlogged)
+        #: key -> (decoded value or _ABSENT, weight); least recently used first
+        self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._weight = 0
 
     def get(self, key: str) -> Any:
-        raw = self._db.get(encode_key(key))
-        return None if raw is None else json.loads(raw)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            value = cached[0]
+        else:
+            raw = self._db.get(encode_key(key))
+            value = _ABSENT if raw is None else json.loads(raw)
+            self._remember(key, value, 0 if raw is None else len(raw))
+        return None if value is _ABSENT else value
 
-    def write(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Write changelog records (key bytes, value bytes; None: a tombstone): a restore,
-        or a batch's writes once their transaction committed."""
+    def _remember(self, key: str, value: Any, size: int) -> None:
+        weight = size + _ENTRY_WEIGHT
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+        if weight > VALUE_CACHE_BYTES:
+            return
+        self._cache[key] = (value, weight)
+        self._weight += weight
+        while self._weight > VALUE_CACHE_BYTES:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._weight -= dropped
+
+    def restore(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Copy changelog records in (key bytes, value bytes; None: a tombstone)."""
         batch = WriteBatch(raw_mode=True)
         for key, value in records:
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
+        self._cache.clear()
+        self._weight = 0
+        self._db.write(batch)
+
+    def commit(self, changes: Iterable[Change]) -> None:
+        """Write a batch's changes once the transaction that carries them committed."""
+        batch = WriteBatch(raw_mode=True)
+        for change in changes:
+            if change.raw_value is None:
+                batch.delete(change.raw_key)
+                self._remember(change.key, _ABSENT, 0)
+            else:
+                batch.put(change.raw_key, change.raw_value)
+                self._remember(change.key, change.value, len(change.raw_value))
         self._db.write(batch)
 
     def close(self) -> None:
