@@ -191,6 +191,8 @@ class StreamsHost:
         self._stopping = asyncio.Event()
         #: set while a rebalance or a restore is under way (the watchdog waits then)
         self.rebalancing = False
+        #: set while stores are restored from their changelogs (may take long: no stall)
+        self.restoring = False
         #: a deliberate wedge (SIGUSR2, for the watchdog's own test): the loop stops polling
         self.wedged = False
         self.processed = 0
@@ -376,7 +378,11 @@ class StreamsHost:
                 tasks = await asyncio.gather(
                     *(self._open_task(n, tps) for n, tps in sorted(numbers.items()))
                 )
-                await self._restore(tasks)
+                self.restoring = True
+                try:
+                    await self._restore(tasks)
+                finally:
+                    self.restoring = False
                 await self._seek_committed(tasks)
                 self._tasks = {task.partition: task for task in tasks}
                 logger.info(

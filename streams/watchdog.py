@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from aiokafka import TopicPartition as TP
 
@@ -82,19 +82,27 @@ class ProgressWatch:
         return stalls
 
 
+class WatchedHost(Protocol):
+    """What the watchdog reads of a host (:class:`streams.host.StreamsHost`)."""
+
+    group: str
+    rebalancing: bool
+    restoring: bool
+
+    def input_assignment(self) -> set[TP]: ...
+
+
 async def watch(
-    host: Any,
+    host: WatchedHost,
     bootstrap: str,
     stall_s: float,
     die: Callable[[str, BaseException | None], NoReturn],
 ) -> None:
     """Look at the host every ``stall_s / 4`` seconds (at most 5 s apart); exit on a stall.
 
-    ``host`` is a :class:`streams.host.StreamsHost` (its ``group``, ``rebalancing`` and
-    ``input_assignment()``). Two more ways of standing still end the worker too: a
-    rebalance that does not finish in ``4 * stall_s``, and an event loop that stops
-    running the looks (a thread of its own checks that one: a blocked loop cannot notice
-    itself)."""
+    Two more ways of standing still end the worker too: a rebalance that does not finish
+    in ``4 * stall_s`` (restoring stores aside), and an event loop that stops running the
+    looks (a thread of its own checks that one: a blocked loop cannot notice itself)."""
     progress = ProgressWatch(stall_s)
     offsets = BrokerOffsets(bootstrap, host.group, answer_within_s=stall_s)
     interval = min(5.0, max(0.5, stall_s / 4))
@@ -120,7 +128,9 @@ async def watch(
             last_look[0] = now
             if host.rebalancing:
                 progress.reset()
-                if rebalancing_since is None:
+                if host.restoring:  # restoring a large changelog may take long: no stall
+                    rebalancing_since = None
+                elif rebalancing_since is None:
                     rebalancing_since = now
                 elif now - rebalancing_since > 4 * stall_s:
                     die(
