@@ -447,7 +447,7 @@ class StreamsHost:
             for tp in task.inputs:
                 offset = await consumer.committed(tp)
                 if offset is None:
-                    consumer.seek_to_beginning(tp)
+                    await consumer.seek_to_beginning(tp)
                     task.committed[tp] = 0
                 else:
                     consumer.seek(tp, offset)

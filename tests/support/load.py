@@ -95,6 +95,13 @@ class LoadResult:
         if last is None:
             return 0.0
         first = self.first_ok_after(last)
+        if first is None and slow is not None:
+            # the window closed on a slow answer (nothing started after it ended): slow
+            # answers are answers, so the load had recovered by then if no request failed
+            # for good after the last success
+            hard = self.last_failure(after=fault_at)
+            if hard is None or self.first_ok_after(hard) is not None:
+                return last - fault_at
         assert first is not None, "the load never succeeded again after the fault"
         return first - fault_at
 
