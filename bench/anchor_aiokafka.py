@@ -8,7 +8,8 @@ taken out: one consumer group member (range assignor, read_committed, the host's
 size and fetch wait), one transactional producer per partition number (the host's
 producer settings), and per poll, per partition number, one transaction carrying a copy
 of each record (key, value, headers) to partition *n* of the output topic and the next
-input offsets. No decode, no state, no changelog: what any Python host on aiokafka can
+input offsets (records appended to record batches, ``send_batch``, as the host sends).
+No decode, no state, no changelog: what any Python host on aiokafka can
 at best reach on this machine and broker.
 
 Prints ``anchor: ready`` (flushed) once the first assignment's producers are started and
@@ -82,13 +83,16 @@ class Ceiling(ConsumerRebalanceListener):  # type: ignore[misc]
         offsets: dict[TopicPartition, int] = {}
         await producer.begin_transaction()
         sent = []
+        batch = producer.create_batch()
         for m in messages:
             offsets[TopicPartition(m.topic, m.partition)] = m.offset + 1
-            sent.append(
-                await producer.send(
-                    self.output, m.value, key=m.key, partition=n, headers=list(m.headers)
-                )
-            )
+            headers = list(m.headers)
+            if batch.append(key=m.key, value=m.value, timestamp=None, headers=headers) is None:
+                sent.append(await producer.send_batch(batch, self.output, partition=n))
+                batch = producer.create_batch()
+                batch.append(key=m.key, value=m.value, timestamp=None, headers=headers)
+        if batch.record_count():
+            sent.append(await producer.send_batch(batch, self.output, partition=n))
         await asyncio.gather(*sent)
         await producer.send_offsets_to_transaction(offsets, self.group)
         await producer.commit_transaction()

@@ -72,7 +72,8 @@ from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.replay import replay
 from reef.settings import Settings
-from streams.host import READY_LINE
+from reef.topics import STREAMS_APP_ID
+from streams.host import READY_LINE, changelog_topic
 
 PARTITIONS = 6
 SCENARIOS = tuple(f"bench-{i}" for i in range(12))
@@ -165,6 +166,12 @@ class Row:
     target: str = ""
     ok: bool | None = None
     note: str = ""
+    #: CPU seconds the measured process(es) used over the same span (contention-proof)
+    cpu: float | None = None
+
+    @property
+    def reports_per_cpu_s(self) -> float | None:
+        return self.reports / self.cpu if self.cpu else None
 
     @property
     def reports_per_s(self) -> float:
@@ -182,6 +189,7 @@ class Bench:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     figures: dict[str, float] = field(default_factory=dict)
+    code: str = ""
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -211,12 +219,14 @@ async def bench_embedded(bench: Bench, pending: Sequence[PendingAppend], replay_
             (join,) = [p for p in processors(settings) if p.name == "join"]
             runtime = EmbeddedRuntime(log, join)
             began = time.perf_counter()
+            cpu = time.process_time()
             await runtime.start()
             while sum((await log.end_offsets(topics.SAMPLES)).values()) < n:
                 if not runtime.healthy():
                     raise RuntimeError("the embedded runtime stopped")
                 await asyncio.sleep(0.005)
             seconds = time.perf_counter() - began
+            cpu = time.process_time() - cpu
             await runtime.close()
             outcome = await embedded_outcomes(log)
             bench.add(
@@ -229,6 +239,7 @@ async def bench_embedded(bench: Bench, pending: Sequence[PendingAppend], replay_
                     f">= {EMBEDDED_REPORTS_TARGET:,} reports/s",
                     n / seconds >= EMBEDDED_REPORTS_TARGET,
                     outcome,
+                    cpu,
                 )
             )
             bench.notes.append(
@@ -257,8 +268,10 @@ def outcome_note(kinds: Counter[str]) -> str:
 
 async def bench_replay(bench: Bench, name: str, settings: Settings, log: EventLog) -> None:
     began = time.perf_counter()
+    cpu = time.process_time()
     result = await replay(settings, log)
     seconds = time.perf_counter() - began
+    cpu = time.process_time() - cpu
     bench.add(
         Row(
             name,
@@ -269,6 +282,7 @@ async def bench_replay(bench: Bench, name: str, settings: Settings, log: EventLo
             f">= {REPLAY_EVENTS_TARGET:,} events/s",
             result.events / seconds >= REPLAY_EVENTS_TARGET,
             f"{result.events} processor inputs; time includes the API fold",
+            cpu,
         )
     )
 
@@ -401,6 +415,16 @@ class Proc:
             self.ready = time.perf_counter()
         return self.ready is not None
 
+    def cpu_seconds(self) -> float:
+        """user + system CPU time of the process (all its threads) so far."""
+        if self.process is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def exited(self) -> bool:
         return self.process is not None and self.process.returncode is not None
 
@@ -429,6 +453,25 @@ def group_settled(procs: Sequence[Proc]) -> bool:
     return len(held) == PARTITIONS and set(held) == set(range(PARTITIONS))
 
 
+async def reef_diagnostics(bootstrap: str, prefix: str, procs: Sequence[Proc]) -> str:
+    """What slowed a Reef row: reports parked (processed before the exchange they quote:
+    the host merges inputs by timestamp only within one poll) and lost memberships."""
+    log = KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-bench-diag")
+    changelog = changelog_topic(STREAMS_APP_ID, "join")  # the prefix is the log's
+    parked = biggest = 0
+    with contextlib.suppress(Exception):
+        async for record in log.read(changelog):
+            if (record.key or b"").startswith(b'"parked/'):
+                parked += 1
+                biggest = max(biggest, len(record.value))
+    expired = sum(p.text().count(b"Heartbeat session expired") for p in procs)
+    assignments = sum(len(ASSIGNED.findall(p.text())) for p in procs)
+    return (
+        f"parked-list changelog writes {parked} (largest {biggest / 1024:.0f} KiB), "
+        f"session expiries {expired}, assignments {assignments} (incl. startup)"
+    )
+
+
 @dataclass
 class KafkaRun:
     began: float  # first process started
@@ -438,6 +481,12 @@ class KafkaRun:
     progress: Progress
     write_seconds: float
     logs: list[Path]
+    cpu_at_start: float  # CPU seconds of the processes when the clock started (gated: commit)
+    cpu_at_done: float
+
+    @property
+    def cpu(self) -> float:
+        return self.cpu_at_done - self.cpu_at_start
 
 
 async def kafka_run(
@@ -468,6 +517,7 @@ async def kafka_run(
         began = min(p.started for p in procs)
         deadline = began + limit_s
         ready = 0.0
+        cpu_at_start = 0.0
         while True:
             if counting.done():
                 counting.result()
@@ -483,10 +533,12 @@ async def kafka_run(
                 and (settled is None or settled(procs))
             ):
                 ready = time.perf_counter()
+                cpu_at_start = sum(p.cpu_seconds() for p in procs)
                 if gated:
                     committed = await backlog.commit()
             await asyncio.sleep(0.02)
         done = time.perf_counter()
+        cpu_at_done = sum(p.cpu_seconds() for p in procs)
     finally:
         counting.cancel()
         if gated and not backlog.committed_at:
@@ -495,7 +547,15 @@ async def kafka_run(
     if not ready:  # finished before the marker was seen (tiny runs)
         ready = max((p.ready or p.started) for p in procs)
     return KafkaRun(
-        began, ready, committed, done, progress, backlog.write_seconds, [p.log for p in procs]
+        began,
+        ready,
+        committed,
+        done,
+        progress,
+        backlog.write_seconds,
+        [p.log for p in procs],
+        cpu_at_start,
+        cpu_at_done,
     )
 
 
@@ -560,6 +620,7 @@ async def bench_kafka(
             "(one transaction, lz4, acks=all)"
         )
         outcome = outcome_note(run.progress.kinds)
+        diagnosis = await reef_diagnostics(bench.bootstrap, prefix, [proc])
         bench.add(
             Row(
                 "reef streams (kafka) x1",
@@ -568,10 +629,12 @@ async def bench_kafka(
                 run.done - run.began,
                 "process start -> all outputs",
                 note=f"startup to Ready {run.ready - run.began:.2f} s",
+                cpu=run.cpu_at_done,
             )
         )
         seconds = run.done - run.ready
         bench.figures["reef_x1_ready"] = n / seconds
+        bench.figures["reef_x1_ready_cpu"] = n / run.cpu if run.cpu else 0.0
         bench.add(
             Row(
                 "reef streams (kafka) x1",
@@ -581,7 +644,8 @@ async def bench_kafka(
                 "Ready -> all outputs (catch-up)",
                 f">= {KAFKA_REPORTS_TARGET:,} reports/s, >= {KAFKA_EVENTS_TARGET:,} events/s",
                 n / seconds >= KAFKA_REPORTS_TARGET and 2 * n / seconds >= KAFKA_EVENTS_TARGET,
-                outcome,
+                f"{outcome}; {diagnosis}",
+                run.cpu,
             )
         )
         seek_warning = b"was never awaited" in proc.text()
@@ -639,12 +703,14 @@ async def bench_scaling(
                 settled=group_settled,
                 limit_s=limit_s,
             )
+            diagnosis = await reef_diagnostics(bench.bootstrap, prefix, procs)
         finally:
             await cleanup(bench.bootstrap, prefix)
         seconds = run.done - run.committed
         rate = n / seconds
         base = rate if base is None else base
         bench.figures[f"reef_x{workers}_gated"] = rate
+        bench.figures[f"reef_x{workers}_gated_cpu"] = n / run.cpu if run.cpu else 0.0
         bench.add(
             Row(
                 f"reef streams (kafka) x{workers}",
@@ -655,7 +721,9 @@ async def bench_scaling(
                 f">= {KAFKA_REPORTS_TARGET:,} reports/s" if workers == 1 else "",
                 rate >= KAFKA_REPORTS_TARGET if workers == 1 else None,
                 f"scaling x{rate / base:.2f} vs first row; settled "
-                f"{run.ready - run.began:.1f} s after start; {outcome_note(run.progress.kinds)}",
+                f"{run.ready - run.began:.1f} s after start; {outcome_note(run.progress.kinds)}; "
+                + diagnosis,
+                run.cpu,
             )
         )
 
@@ -730,6 +798,7 @@ async def bench_anchors(
         await cleanup(bench.bootstrap, prefix, f"changelog__{prefix}", f"repartition__{prefix}")
     seconds = run.done - run.committed
     bench.figures["quix"] = n / seconds
+    bench.figures["quix_cpu"] = n / run.cpu if run.cpu else 0.0
     fates = re.findall(rb"anchor: joined=\d+ missing=\d+", proc.text())
     bench.add(
         Row(
@@ -741,6 +810,7 @@ async def bench_anchors(
             "reef x1 must beat it",
             note=(fates[-1].decode().removeprefix("anchor: ") if fates else "")
             + f"; EOS, RocksDB+changelog, commit every {commit_interval:g} s",
+            cpu=run.cpu,
         )
     )
 
@@ -780,6 +850,7 @@ async def bench_anchors(
         await cleanup(bench.bootstrap, prefix)
     seconds = run.done - run.committed
     bench.figures["ceiling_events"] = 2 * n / seconds
+    bench.figures["ceiling_events_cpu"] = 2 * n / run.cpu if run.cpu else 0.0
     bench.add(
         Row(
             "anchor B: aiokafka EOS copy",
@@ -789,6 +860,7 @@ async def bench_anchors(
             "gated: Ready -> commit -> all",
             "ceiling (no decode, no state)",
             note=f"{2 * n} records copied, txn per poll per partition",
+            cpu=run.cpu,
         )
     )
 
@@ -798,7 +870,7 @@ async def bench_anchors(
 
 async def bench_profile(
     bench: Bench, pending: Sequence[PendingAppend], work: Path, limit_s: float
-) -> tuple[pstats.Stats, float] | None:
+) -> tuple[pstats.Stats, float, str] | None:
     n = bench.reports
     prefix = fresh_prefix("prof")
     out = work / "streams.prof"
@@ -816,12 +888,13 @@ async def bench_profile(
             gated=False,
             limit_s=limit_s,
         )
+        diagnosis = await reef_diagnostics(bench.bootstrap, prefix, [proc])
     finally:
         await cleanup(bench.bootstrap, prefix)
     if not out.exists():
         print("(the profiled worker wrote no profile)")
         return None
-    return pstats.Stats(str(out)), n / (run.done - run.ready)
+    return pstats.Stats(str(out)), n / (run.done - run.ready), diagnosis
 
 
 #: the host's per-record path: (label, file suffix, function name)
@@ -835,6 +908,8 @@ PER_RECORD = (
     ("        fastavro schemaless_reader", "fastavro", "schemaless_reader"),
     ("      JoinProcessor.step", "reef/processors/join.py", "step"),
     ("        join _expire (parked/<scenario> read)", "reef/processors/join.py", "_expire"),
+    ("        join _park", "reef/processors/join.py", "_park"),
+    ("        join _retry_parked", "reef/processors/join.py", "_retry_parked"),
     ("        WriteBuffer.get", "reef/processors/state.py", "get"),
     ("          PartitionStore.get (RocksDB + json)", "streams/store.py", "get"),
     ("      EventCodec.encode (outputs)", "reef/codec.py", "encode"),
@@ -855,11 +930,14 @@ PER_RECORD = (
 )
 
 
-def print_profile(stats: pstats.Stats, events: int, rate: float, limit: int = 30) -> None:
+def print_profile(
+    stats: pstats.Stats, events: int, rate: float, diagnosis: str, limit: int = 30
+) -> None:
     raw = stats.stats  # type: ignore[attr-defined]
     print(
         f"\n-- reef streams x1 under cProfile (main thread): {rate:,.0f} reports/s while profiled"
     )
+    print(f"   {diagnosis}")
     print(f"   per input record ({events} records; cumulative time, coroutine resumptions count")
     print("   as calls, so awaited I/O shows up in the caller's cumulative time):")
     print(f"   {'step':52} {'us/record':>10} {'calls/record':>13}")
@@ -890,55 +968,77 @@ def print_profile(stats: pstats.Stats, events: int, rate: float, limit: int = 30
 # -- output ------------------------------------------------------------------------------
 
 
+def code_version() -> str:
+    """The checkout measured: HEAD and whether reef/ or streams/ differ from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    dirty = git("status", "--porcelain", "--", "reef", "streams", "schemas")
+    return f"{head}{' + uncommitted changes in reef/ streams/' if dirty else ''}"
+
+
 def print_table(bench: Bench, load: tuple[float, float]) -> None:
     n = bench.reports
     print()
     print(
         f"== join throughput: {n:,} reports ({2 * n:,} input events), {PARTITIONS} partitions, "
-        f"Kafka single node {bench.bootstrap or '-'}"
+        f"Kafka single node {bench.bootstrap or '-'}; code {bench.code}"
     )
     print(
         f"== measured under CPU contention: {os.cpu_count()} cores, load average "
-        f"{load[0]:.1f} at start, {load[1]:.1f} at end (other Kafka test runs on this machine)"
+        f"{load[0]:.1f} at start, {load[1]:.1f} at end (other Kafka test runs on this machine);"
+        " cpu-s = CPU seconds of the measured process(es) over the same span"
     )
     head = (
-        f"{'row':32} {'reports':>7} {'events':>7} {'seconds':>8} {'reports/s':>10} "
-        f"{'events/s':>9}  {'target':42} {'':5} measured; notes"
+        f"{'row':32} {'reports':>7} {'events':>6} {'seconds':>7} {'reports/s':>9} "
+        f"{'events/s':>8} {'cpu-s':>6} {'rep/cpu-s':>9}  {'target':40} {'':5} measured; notes"
     )
     print(head)
     print("-" * len(head))
     for r in bench.rows:
         status = "" if r.ok is None else ("ok" if r.ok else "BELOW")
+        cpu = f"{r.cpu:6.1f}" if r.cpu else f"{'-':>6}"
+        per_cpu = f"{r.reports_per_cpu_s:9,.0f}" if r.reports_per_cpu_s else f"{'-':>9}"
         print(
-            f"{r.name:32} {r.reports:7d} {r.events:7d} {r.seconds:8.2f} {r.reports_per_s:10,.0f} "
-            f"{r.events_per_s:9,.0f}  {r.target:42} {status:5} {r.measured}"
+            f"{r.name:32} {r.reports:7d} {r.events:6d} {r.seconds:7.2f} {r.reports_per_s:9,.0f} "
+            f"{r.events_per_s:8,.0f} {cpu} {per_cpu}  {r.target:40} {status:5} {r.measured}"
             + (f"; {r.note}" if r.note else "")
         )
     f = bench.figures
     print()
-    if "reef_x1_gated" in f or "reef_x1_ready" in f:
-        reef = f.get("reef_x1_gated", f.get("reef_x1_ready", 0.0))
-        which = "gated x1" if "reef_x1_gated" in f else "Ready x1"
-        if "quix" in f:
-            verdict = "beats" if reef > f["quix"] else "does NOT beat"
-            print(
-                f"reef streams ({which}) / quixstreams: {reef / f['quix']:.2f}x "
-                f"(target > 1: Reef's host {verdict} quixstreams)"
-            )
-        if "ceiling_events" in f:
-            print(
-                f"reef streams ({which}) / aiokafka EOS ceiling, events/s: "
-                f"{2 * reef / f['ceiling_events']:.2f} "
-                f"({2 * reef:,.0f} of {f['ceiling_events']:,.0f} events/s)"
-            )
-    scaling = [f[k] for k in sorted(f) if re.fullmatch(r"reef_x\d+_gated", k)]
-    if len(scaling) > 1:
-        ratios = ", ".join(
-            f"x{k[6:-6]}: {f[k] / scaling[0]:.2f}"
-            for k in sorted(f)
-            if re.fullmatch(r"reef_x\d+_gated", k)
+    which = "gated x1" if "reef_x1_gated" in f else "Ready x1"
+    reef = f.get("reef_x1_gated", f.get("reef_x1_ready", 0.0))
+    reef_cpu = f.get("reef_x1_gated_cpu", f.get("reef_x1_ready_cpu", 0.0))
+    if reef and f.get("quix"):
+        verdict = "beats" if reef > f["quix"] else "does NOT beat"
+        print(
+            f"reef streams ({which}) / quixstreams: {reef / f['quix']:.2f}x wall "
+            f"(target > 1: Reef's host {verdict} quixstreams)"
+            + (f", {reef_cpu / f['quix_cpu']:.2f}x per CPU-second" if f.get("quix_cpu") else "")
         )
-        print(f"scaling on {PARTITIONS} partitions (vs 1 worker): {ratios}")
+    if reef and f.get("ceiling_events"):
+        print(
+            f"reef streams ({which}) / aiokafka EOS ceiling (events/s): "
+            f"{2 * reef / f['ceiling_events']:.3f} wall ({2 * reef:,.0f} of "
+            f"{f['ceiling_events']:,.0f})"
+            + (
+                f", {2 * reef_cpu / f['ceiling_events_cpu']:.3f} per CPU-second"
+                if f.get("ceiling_events_cpu")
+                else ""
+            )
+        )
+    scaled = sorted(
+        (int(m.group(1)), v) for k, v in f.items() if (m := re.fullmatch(r"reef_x(\d+)_gated", k))
+    )
+    if len(scaled) > 1 and scaled[0][1]:
+        ratios = ", ".join(f"x{w}: {v / scaled[0][1]:.2f}" for w, v in scaled)
+        print(
+            f"scaling on {PARTITIONS} partitions (throughput vs {scaled[0][0]} worker): {ratios}"
+            f" (on {os.cpu_count()} shared cores: more workers share the same CPUs)"
+        )
     print("\nnotes:")
     for note in [
         *bench.notes,
@@ -947,12 +1047,16 @@ def print_table(bench: Bench, load: tuple[float, float]) -> None:
         ">= 20,000 reports/s, replay >= 50,000 events/s",
         "gated rows: the backlog is one open transaction until every process is Ready (and "
         "the workers' final assignments cover the 6 partitions); the clock starts at its "
-        "commit, so startup, restores and rebalances are excluded",
+        "commit, so startup and the initial rebalances are excluded (a membership lost "
+        "during the catch-up is not: see 'session expiries')",
         "anchor A decodes with a cheap stand-in (a pure-Python walk of the Avro fields the "
         "join needs, no schema resolution/validation) and emits JSON, where Reef decodes "
-        "full Avro events and encodes validated Avro SampleJoined: anchor A does less work",
+        "full Avro events and encodes validated Avro SampleJoined: anchor A does less work; "
+        "its CPU time includes librdkafka's threads",
         "anchor B (aiokafka EOS copy) is the ceiling of a Python host on aiokafka here: "
         "same consumer/producer settings and transaction pattern as streams/host.py, no work",
+        "replay rows: reef.replay.replay() called in this process (what `reef replay` runs, "
+        "without the CLI's start-up); events = processor input events it reports",
     ]:
         print(f"  - {note}")
 
@@ -988,11 +1092,11 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
     # produce retries right after topic creation (NotLeaderForPartition) are expected noise
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    bench = Bench(args.reports)
+    bench = Bench(args.reports, code=code_version())
     load_start = os.getloadavg()[0]
     print(f"encoding the workload: {args.reports} reports ...", flush=True)
     pending = encode(workload(args.reports))
-    profile: tuple[pstats.Stats, float] | None = None
+    profile: tuple[pstats.Stats, float, str] | None = None
     work = Path(tempfile.mkdtemp(prefix="reef-bench-join-"))
     failed = True
     try:
@@ -1022,7 +1126,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
     print_table(bench, (load_start, os.getloadavg()[0]))
     if profile is not None:
-        print_profile(profile[0], 2 * args.reports, profile[1])
+        print_profile(profile[0], 2 * args.reports, profile[1], profile[2])
     if args.json:
         rows = [
             {

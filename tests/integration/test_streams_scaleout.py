@@ -201,7 +201,9 @@ class Worker:
 
     def last_assigned(self) -> list[int] | None:
         """The partition numbers of the worker's last "assigned partitions" line."""
-        found = ASSIGNED_LINE.findall(self.process.stderr_text())
+        text = self.process.stderr_text()
+        assert "was never awaited" not in text, f"{self.name}: {text[-4000:]}"
+        found = ASSIGNED_LINE.findall(text)
         if not found:
             return None
         return sorted(int(n) for n in found[-1].replace(",", " ").split())
