@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -28,6 +29,7 @@ def new_receipt(scenario: str) -> str:
     return scenario_tag(scenario) + uuid.uuid4().hex[:24]
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked for on every report the join takes
 def scenario_tag(scenario: str) -> str:
     return hashlib.sha256(scenario.encode()).hexdigest()[:8]
 
