@@ -5,7 +5,10 @@ ReefError
 │   └── RecipeConfigError     a recipe's configuration is invalid (names the key)
 └── RecipeError               a recipe failed at run time
     ├── TrainingError         a backend could not produce a candidate
-    └── EvaluationError       an evaluator failed (the gate then fails closed)
+    │   └── EditError         a proposed harness edit cannot apply (recipes.harness_edits)
+    ├── EvaluationError       an evaluator failed (the gate then fails closed)
+    ├── MissingGroupKeyError  a report lacks the grouping key the recipe needs (recipes.base)
+    └── HarnessError          a harness folder cannot be read as text (recipes.harness_edits)
 """
 
 from __future__ import annotations

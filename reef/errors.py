@@ -10,7 +10,13 @@
     │   ├── LogUnavailableError     cannot record right now (HTTP 503); nothing was written
     │   └── UnknownTopicError       the topic does not exist
     ├── StackError                  the local development stack (Kafka, S3) failed
+    ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
+    ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
+    ├── TrainerError                a trainer cannot go on (trainers.consumer)
     └── RequestError                a client request is invalid (HTTP 4xx, see reef.api)
+
+Subtrees drawn where they are defined: ArtifactError (reef.artifacts.errors), EngineError
+(reef.engine.errors), RecipeConfigError and RecipeError (recipes.errors).
 
 Every adapter raises these with ``raise ... from exc`` so the cause stays visible.
 """

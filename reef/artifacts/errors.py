@@ -4,7 +4,8 @@
     └── ArtifactError               the artifact store or a manifest failed
         ├── ArtifactNotFoundError   no object with that oid in the store
         ├── ArtifactCorruptError    stored bytes do not hash to their oid (or size)
-        └── UnsafePathError         a tree or manifest names a path that is not safe
+        ├── UnsafePathError         a tree or manifest names a path that is not safe
+        └── IncompleteContentError  a release's content misses objects (reef.releases)
 
 The store adapters translate library errors (minio, urllib3, OSError) into these
 once, with ``raise ... from exc``.

@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reef.errors import StackError
+
+__all__ = ["StackError"]  # re-exported: the stack's modules raise Reef's one StackError
+
 Echo = Callable[[str], None]
 
 
 def no_echo(_: str) -> None:
     """An ``Echo`` that discards progress messages."""
 
-
-class StackError(RuntimeError):
-    """A stack component could not be installed, started or reached."""
 
 
 def tail(path: Path, lines: int = 40) -> str:

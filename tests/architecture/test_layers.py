@@ -148,16 +148,8 @@ ALLOWED_R5: Final[tuple[tuple[str, str], ...]] = (
     ("reef/eventstore.py", "EmbeddedLog"),
     ("reef/replay.py", "EmbeddedLog"),
 )
-#: (file, exception class)
-ALLOWED_R6: Final[tuple[tuple[str, str], ...]] = (
-    ("recipes/base.py", "MissingGroupKeyError"),
-    ("recipes/harness_edits.py", "EditError"),
-    ("recipes/harness_edits.py", "HarnessError"),
-    ("reef/crypto/seal.py", "SealError"),
-    ("reef/releases.py", "IncompleteContentError"),
-    ("reef/sidecar/runner.py", "LoadRefusedError"),
-    ("trainers/consumer.py", "TrainerError"),
-)
+#: (file, exception class): empty, every exception class is drawn
+ALLOWED_R6: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, imported module)
 ALLOWED_R7: Final[tuple[tuple[str, str], ...]] = (
     ("bench/chaos_support.py", "tests.support.load"),
