@@ -2,11 +2,14 @@
 
     .venv/bin/python bench/join_throughput.py [--reports N] [--kafka-bootstrap HOST:PORT]
         [--only embedded,kafka,anchors,scaling] [--workers 1,2,3] [--profile] [--json PATH]
+        [--quix-commit-interval S] [--legacy-scenarios] [--keep-logs] [--timeout S]
 
 One workload for every row (``workload()``): N exchanges (``InferenceRecorded``, ~1 KB chat
-bodies) then N reports each quoting one receipt, over 12 scenarios (all 6 partitions):
-2N input events, N outputs. It is encoded once (the real codec) and written afresh for
-each row, on one single-node broker, in one run:
+bodies) then N reports each quoting one receipt, over 12 scenarios, 2 per partition (names
+picked so Kafka's partitioner spreads them evenly; ``--legacy-scenarios``: the original
+``bench-0..11``, which land 2, 5, 1, 0, 1, 3 on partitions 0-5): 2N input events, N
+outputs. It is encoded once (the real codec) and written afresh for each row, on one
+single-node broker, in one run:
 
 1. embedded runtime: an ``EmbeddedRuntime`` (the join as ``reef serve`` hosts it) over a
    fresh SQLite log holding the backlog; start -> all N outputs committed.
@@ -29,6 +32,13 @@ the processes start (read_committed readers see none of it); once every process 
 transaction commits and the clock runs from that commit to the last output. So each is
 the catch-up of the whole backlog by a settled group, startup and rebalances excluded.
 
+Each row also gives the CPU seconds its process(es) used over the measured span (``cpu-s``,
+from /proc; in-process rows: ``time.process_time``): on a shared machine, reports per
+CPU-second is the steadier figure. A Reef worker that exits with status 75 (its
+exactly-once path gave up) is restarted, as its supervisor would, and counted; the notes
+of a Reef row say how many reports were parked (processed before the exchange they quote)
+and how many group memberships were lost.
+
 ``--profile`` runs one more single worker under cProfile and prints its top functions by
 cumulative time and the cost per input record of the host's steps. Without
 ``--kafka-bootstrap`` the local stack's single node (127.0.0.1:19092) is used, started if
@@ -41,6 +51,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -54,10 +65,11 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -68,15 +80,36 @@ from reef.ids import content_hash, scenario_tag
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
+from reef.log.partitioner import partition_for
 from reef.processors.catalog import processors
 from reef.processors.embedded import EmbeddedRuntime
 from reef.replay import replay
 from reef.settings import Settings
 from reef.topics import STREAMS_APP_ID
-from streams.host import READY_LINE, changelog_topic
+from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE, changelog_topic
 
 PARTITIONS = 6
-SCENARIOS = tuple(f"bench-{i}" for i in range(12))
+#: the original names: murmur2 puts them on partitions 0-5 as 2, 5, 1, 0, 1, 3 scenarios
+LEGACY_SCENARIOS = tuple(f"bench-{i}" for i in range(12))
+
+
+def balanced_scenarios(count: int = 12, partitions: int = PARTITIONS) -> tuple[str, ...]:
+    """``count`` names ``bench-<i>`` that Kafka's partitioner spreads evenly (2 each)."""
+    per = count // partitions
+    taken: Counter[int] = Counter()
+    names: list[str] = []
+    for i in itertools.count():
+        name = f"bench-{i}"
+        partition = partition_for(name.encode(), partitions)
+        if taken[partition] < per:
+            taken[partition] += 1
+            names.append(name)
+            if len(names) == count:
+                return tuple(names)
+    raise AssertionError("unreachable")
+
+
+SCENARIOS = balanced_scenarios()
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 ANCHORS_VENV = Path.home() / ".cache" / "reef-bench" / "anchors-venv"
@@ -95,13 +128,13 @@ REPLAY_EVENTS_TARGET = 50_000
 # -- the workload ------------------------------------------------------------------------
 
 
-def workload(reports: int) -> list[Event]:
+def workload(reports: int, scenarios: Sequence[str] = SCENARIOS) -> list[Event]:
     """M exchanges and M reports (report i quotes exchange i), exchanges first."""
     at = datetime.now(UTC).replace(microsecond=0)
     exchanges: list[Event] = []
     feedback: list[Event] = []
     for i in range(reports):
-        scenario = SCENARIOS[i % len(SCENARIOS)]
+        scenario = scenarios[i % len(scenarios)]
         receipt = scenario_tag(scenario) + f"{i:024x}"
         question = f"question {i}: summarise the refund policy for order {i * 7919} " * 6
         answer = f"answer {i}: refunds within 30 days with the receipt; " * 6
@@ -190,6 +223,7 @@ class Bench:
     notes: list[str] = field(default_factory=list)
     figures: dict[str, float] = field(default_factory=dict)
     code: str = ""
+    failed: bool = False
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -394,10 +428,19 @@ class Proc:
     process: asyncio.subprocess.Process | None = None
     started: float = 0.0
     ready: float | None = None
+    #: times a supervisor (this benchmark) restarted it after it exited with status 75
+    restarts: int = 0
+    _cpu_dead: float = 0.0  # CPU seconds of its earlier incarnations
+    _cpu_last: float = 0.0  # last reading of the current one
 
-    async def start(self, env: dict[str, str]) -> None:
-        with self.log.open("wb") as output:
-            self.started = time.perf_counter()
+    async def start(self, env: dict[str, str], *, again: bool = False) -> None:
+        if again:
+            self._cpu_dead += self._cpu_last
+            self._cpu_last = 0.0
+            self.restarts += 1
+        with self.log.open("ab" if again else "wb") as output:
+            if not again:
+                self.started = time.perf_counter()
             self.process = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdout=output,
@@ -416,14 +459,16 @@ class Proc:
         return self.ready is not None
 
     def cpu_seconds(self) -> float:
-        """user + system CPU time of the process (all its threads) so far."""
-        if self.process is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """user + system CPU time of the process (all its threads, every incarnation)."""
+        if self.process is not None and self.process.returncode is None:
+            try:
+                stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+                fields = stat.rsplit(")", 1)[1].split()
+                ticks = int(fields[11]) + int(fields[12])
+                self._cpu_last = ticks / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):
+                pass  # exiting: keep the last reading
+        return self._cpu_dead + self._cpu_last
 
     def exited(self) -> bool:
         return self.process is not None and self.process.returncode is not None
@@ -466,9 +511,11 @@ async def reef_diagnostics(bootstrap: str, prefix: str, procs: Sequence[Proc]) -
                 biggest = max(biggest, len(record.value))
     expired = sum(p.text().count(b"Heartbeat session expired") for p in procs)
     assignments = sum(len(ASSIGNED.findall(p.text())) for p in procs)
+    restarts = sum(p.restarts for p in procs)
     return (
         f"parked-list changelog writes {parked} (largest {biggest / 1024:.0f} KiB), "
-        f"session expiries {expired}, assignments {assignments} (incl. startup)"
+        f"session expiries {expired}, assignments {assignments} (incl. startup), "
+        f"restarts after exit 75: {restarts}"
     )
 
 
@@ -501,6 +548,7 @@ async def kafka_run(
     settled: Callable[[Sequence[Proc]], bool] | None = None,
     extra_topics: Sequence[str] = (),
     limit_s: float = 600.0,
+    supervise: bool = True,
 ) -> KafkaRun:
     """Topics of ``prefix``, the backlog, the processes; until ``expected`` outputs."""
     log = KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-bench-join")
@@ -522,9 +570,16 @@ async def kafka_run(
             if counting.done():
                 counting.result()
                 break
-            dead = [p for p in procs if p.exited()]
-            if dead:
-                raise RuntimeError(f"{dead[0].argv[0]} exited early; see {dead[0].log}")
+            for proc in procs:
+                proc.cpu_seconds()  # keeps the last reading of a process about to exit
+                if not proc.exited():
+                    continue
+                assert proc.process is not None
+                if proc.process.returncode != EXIT_TRANSACTION_FAILED or not supervise:
+                    raise RuntimeError(
+                        f"{proc.argv[0]} exited early ({proc.process.returncode}); see {proc.log}"
+                    )
+                await proc.start(env, again=True)  # as a supervisor restarts a worker
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"not all {expected} outputs within {limit_s:.0f} s")
             if (
@@ -675,57 +730,53 @@ async def bench_scaling(
     bench: Bench,
     pending: Sequence[PendingAppend],
     work: Path,
-    counts: Sequence[int],
+    workers: int,
     limit_s: float,
 ) -> None:
     n = bench.reports
-    base: float | None = None
-    for workers in counts:
-        prefix = fresh_prefix(f"s{workers}")
-        try:
-            procs = [
-                worker_proc(
-                    bench.bootstrap,
-                    prefix,
-                    work / f"state-s{workers}",
-                    work / f"s{workers}-{i}.log",
-                )
-                for i in range(workers)
-            ]
-            run = await kafka_run(
+    prefix = fresh_prefix(f"s{workers}")
+    try:
+        procs = [
+            worker_proc(
                 bench.bootstrap,
                 prefix,
-                pending,
-                procs,
-                topics.SAMPLES,
-                n,
-                gated=True,
-                settled=group_settled,
-                limit_s=limit_s,
+                work / f"state-s{workers}",
+                work / f"s{workers}-{i}.log",
             )
-            diagnosis = await reef_diagnostics(bench.bootstrap, prefix, procs)
-        finally:
-            await cleanup(bench.bootstrap, prefix)
-        seconds = run.done - run.committed
-        rate = n / seconds
-        base = rate if base is None else base
-        bench.figures[f"reef_x{workers}_gated"] = rate
-        bench.figures[f"reef_x{workers}_gated_cpu"] = n / run.cpu if run.cpu else 0.0
-        bench.add(
-            Row(
-                f"reef streams (kafka) x{workers}",
-                n,
-                2 * n,
-                seconds,
-                "gated: settled group, commit -> all",
-                f">= {KAFKA_REPORTS_TARGET:,} reports/s" if workers == 1 else "",
-                rate >= KAFKA_REPORTS_TARGET if workers == 1 else None,
-                f"scaling x{rate / base:.2f} vs first row; settled "
-                f"{run.ready - run.began:.1f} s after start; {outcome_note(run.progress.kinds)}; "
-                + diagnosis,
-                run.cpu,
-            )
+            for i in range(workers)
+        ]
+        run = await kafka_run(
+            bench.bootstrap,
+            prefix,
+            pending,
+            procs,
+            topics.SAMPLES,
+            n,
+            gated=True,
+            settled=group_settled,
+            limit_s=limit_s,
         )
+        diagnosis = await reef_diagnostics(bench.bootstrap, prefix, procs)
+    finally:
+        await cleanup(bench.bootstrap, prefix)
+    seconds = run.done - run.committed
+    rate = n / seconds
+    bench.figures[f"reef_x{workers}_gated"] = rate
+    bench.figures[f"reef_x{workers}_gated_cpu"] = n / run.cpu if run.cpu else 0.0
+    bench.add(
+        Row(
+            f"reef streams (kafka) x{workers}",
+            n,
+            2 * n,
+            seconds,
+            "gated: settled group, commit -> all",
+            f">= {KAFKA_REPORTS_TARGET:,} reports/s" if workers == 1 else "",
+            rate >= KAFKA_REPORTS_TARGET if workers == 1 else None,
+            f"settled {run.ready - run.began:.1f} s after start; "
+            f"{outcome_note(run.progress.kinds)}; {diagnosis}",
+            run.cpu,
+        )
+    )
 
 
 # -- rows 4 and 5: anchors ---------------------------------------------------------------
@@ -750,7 +801,7 @@ def quix_version(python: Path) -> str:
     return subprocess.run(probe, capture_output=True, text=True).stdout.strip()
 
 
-async def bench_anchors(
+async def bench_quix(
     bench: Bench,
     pending: Sequence[PendingAppend],
     work: Path,
@@ -814,6 +865,11 @@ async def bench_anchors(
         )
     )
 
+
+async def bench_ceiling(
+    bench: Bench, pending: Sequence[PendingAppend], work: Path, limit_s: float
+) -> None:
+    n = bench.reports
     prefix = fresh_prefix("ceil")
     out_topic = "bench.ceiling-out"
     try:
@@ -938,6 +994,16 @@ def print_profile(
         f"\n-- reef streams x1 under cProfile (main thread): {rate:,.0f} reports/s while profiled"
     )
     print(f"   {diagnosis}")
+    computed = sum(
+        nc
+        for (file, _, func), (_cc, nc, _tt, _ct, _) in raw.items()
+        if file.endswith("streams/host.py") and func == "_decode"
+    )
+    if computed:
+        print(
+            f"   records run through the processors: {computed} for {events} in the log "
+            f"(x{computed / events:.2f}{': some computed twice' if computed > events else ''})"
+        )
     print(f"   per input record ({events} records; cumulative time, coroutine resumptions count")
     print("   as calls, so awaited I/O shows up in the caller's cumulative time):")
     print(f"   {'step':52} {'us/record':>10} {'calls/record':>13}")
@@ -975,7 +1041,9 @@ def code_version() -> str:
         done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
         return done.stdout.strip()
 
-    head = git("rev-parse", "--short", "HEAD") or "?"
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return f"{REPO_ROOT} (not a git checkout)"
     dirty = git("status", "--porcelain", "--", "reef", "streams", "schemas")
     return f"{head}{' + uncommitted changes in reef/ streams/' if dirty else ''}"
 
@@ -1035,9 +1103,12 @@ def print_table(bench: Bench, load: tuple[float, float]) -> None:
     )
     if len(scaled) > 1 and scaled[0][1]:
         ratios = ", ".join(f"x{w}: {v / scaled[0][1]:.2f}" for w, v in scaled)
+        cpu = {w: f.get(f"reef_x{w}_gated_cpu", 0.0) for w, _ in scaled}
+        per_cpu = ", ".join(f"x{w}: {c:,.0f}" for w, c in cpu.items())
         print(
             f"scaling on {PARTITIONS} partitions (throughput vs {scaled[0][0]} worker): {ratios}"
-            f" (on {os.cpu_count()} shared cores: more workers share the same CPUs)"
+            f" (on {os.cpu_count()} shared cores: more workers share the same CPUs);"
+            f" reports per CPU-second of all workers: {per_cpu}"
         )
     print("\nnotes:")
     for note in [
@@ -1063,6 +1134,21 @@ def print_table(bench: Bench, load: tuple[float, float]) -> None:
 
 # -- main --------------------------------------------------------------------------------
 
+
+async def guarded(bench: Bench, what: str, step: Awaitable[Any]) -> bool:
+    """Run one section; a failure becomes a FAILED row and the benchmark goes on."""
+    try:
+        await step
+    except Exception as exc:
+        bench.failed = True
+        print(f"  -> {what} FAILED: {type(exc).__name__}: {exc}", flush=True)
+        bench.rows.append(
+            Row(what, bench.reports, 2 * bench.reports, 0.0, "FAILED", note=f"{exc}"[:300])
+        )
+        return False
+    return True
+
+
 SECTIONS = ("embedded", "kafka", "anchors", "scaling")
 
 
@@ -1084,6 +1170,11 @@ async def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs")
+    parser.add_argument(
+        "--legacy-scenarios",
+        action="store_true",
+        help="the original 12 names (bench-0..11: 0 to 5 scenarios per partition)",
+    )
     args = parser.parse_args(argv)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     if unknown := only - set(SECTIONS):
@@ -1095,31 +1186,50 @@ async def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(args.reports, code=code_version())
     load_start = os.getloadavg()[0]
     print(f"encoding the workload: {args.reports} reports ...", flush=True)
-    pending = encode(workload(args.reports))
+    scenarios = LEGACY_SCENARIOS if args.legacy_scenarios else SCENARIOS
+    spread = Counter(partition_for(s.encode(), PARTITIONS) for s in scenarios)
+    bench.notes.append(
+        f"{len(scenarios)} scenarios ({'legacy names' if args.legacy_scenarios else 'balanced'})"
+        ", per partition 0-5: " + ", ".join(str(spread[p]) for p in range(PARTITIONS))
+    )
+    pending = encode(workload(args.reports, scenarios))
     profile: tuple[pstats.Stats, float, str] | None = None
     work = Path(tempfile.mkdtemp(prefix="reef-bench-join-"))
-    failed = True
     try:
         if "embedded" in only:
             print("embedded runtime ...", flush=True)
-            await bench_embedded(bench, pending, not args.no_replay)
+            embedded = bench_embedded(bench, pending, not args.no_replay)
+            await guarded(bench, "embedded runtime", embedded)
         if only - {"embedded"} or args.profile:
             bench.bootstrap = kafka_bootstrap(args.kafka_bootstrap)
         if "kafka" in only:
             print(f"reef streams x1 on {bench.bootstrap} ...", flush=True)
-            await bench_kafka(bench, pending, work, not args.no_replay, args.limit_s)
+            x1 = bench_kafka(bench, pending, work, not args.no_replay, args.limit_s)
+            await guarded(bench, "reef streams (kafka) x1", x1)
         if "anchors" in only:
-            print("anchors (quixstreams, aiokafka ceiling) ...", flush=True)
-            await bench_anchors(bench, pending, work, args.quix_commit_interval, args.limit_s)
+            print("anchor A: quixstreams ...", flush=True)
+            quix = bench_quix(bench, pending, work, args.quix_commit_interval, args.limit_s)
+            await guarded(bench, "anchor A: quixstreams", quix)
+            print("anchor B: aiokafka EOS copy ...", flush=True)
+            ceiling = bench_ceiling(bench, pending, work, args.limit_s)
+            await guarded(bench, "anchor B: aiokafka EOS copy", ceiling)
         if "scaling" in only:
-            print(f"scaling: {counts} workers (gated) ...", flush=True)
-            await bench_scaling(bench, pending, work, counts, args.limit_s)
+            for workers in counts:
+                print(f"scaling: {workers} worker(s), gated ...", flush=True)
+                row = bench_scaling(bench, pending, work, workers, args.limit_s)
+                await guarded(bench, f"reef streams (kafka) x{workers}", row)
         if args.profile:
             print("profiling one worker ...", flush=True)
-            profile = await bench_profile(bench, pending, work, args.limit_s)
-        failed = False
+            try:
+                profile = await bench_profile(bench, pending, work, args.limit_s)
+            except Exception as exc:
+                bench.failed = True
+                print(f"  -> the profiled run FAILED: {type(exc).__name__}: {exc}", flush=True)
+    except BaseException:
+        bench.failed = True
+        raise
     finally:
-        if failed or args.keep_logs:
+        if bench.failed or args.keep_logs:
             print(f"(the processes' logs are kept in {work})", flush=True)
         else:
             shutil.rmtree(work, ignore_errors=True)

@@ -9,9 +9,13 @@ copy of the changelog ``<group>-<processor>-state-changelog`` partition *n*).
 
 Protocol of a batch (per task, for the records one poll returned for its partitions):
 
-1. Merge the task's records in (timestamp, topic, offset) order, keeping each partition's
-   own order, and run each record through the processors that read its topic, against a
-   write buffer over the committed store. Nothing leaves the process yet.
+1. Take the task's fetched records up to a horizon: an input partition that may still
+   have unfetched records bounds the batch by its last fetched record, so the records are
+   processed in the order the embedded host and replay use, (timestamp, topic, offset),
+   whatever each topic's fetch size (an input holding too much waits, paused). Run each
+   record through the processors that read its topic, against a write buffer over the
+   committed store, yielding to the event loop every few hundred records. Nothing leaves
+   the process yet.
 2. ``begin_transaction``; send the outputs (partition *n* of each processor's output
    topic), one changelog record per changed key (the last value: writes coalesce), and
    the next input offsets (``send_offsets_to_transaction``); ``commit_transaction``.
@@ -30,8 +34,9 @@ for the batch in flight to commit, then closes every task. On assignment, for ev
 partition number: start its producer (``init_transactions``: fences the previous owner
 and ends its open transaction), restore the stores from the changelog up to its end
 (nothing can be pending on it any more), then seek the inputs to the offsets the group
-committed, read afresh. Records a poll returns for a partition whose task is not ready
-are dropped: the assignment's seek reads them again.
+committed, read afresh. Each rebalance step bumps a generation: a poll that spanned one
+is not processed, its partitions are sought back to where their tasks stand (it may have
+been fetched before the assignment's seek), so nothing is processed twice or skipped.
 
 Why not Faust's own loop (it hosted the processors until this module): its consumer and
 transaction manager wedged workers after broker faults and restarts (records fetched and
@@ -50,7 +55,7 @@ import os
 import signal
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +82,15 @@ EXIT_TRANSACTION_FAILED: Final = 75
 #: logged once the first assignment is restored and the worker processes its input
 READY_LINE: Final = "reef streams: ready"
 
-#: most records one poll takes (a batch: one transaction per partition among them)
+#: most records one poll takes
 MAX_POLL_RECORDS: Final = 5000
+#: most records of one task in one transaction
+MAX_BATCH_RECORDS: Final = 2000
+#: an input partition with this many records held (waiting for a co-partitioned input to
+#: catch up, see ``_take_ready``) is paused until they are processed
+MAX_HELD_RECORDS: Final = 10_000
+#: the step yields to the event loop (heartbeats, the watchdog) this often
+YIELD_EVERY: Final = 256
 
 
 def die(reason: str, exc: BaseException | None = None) -> NoReturn:
@@ -140,6 +152,8 @@ class Task:
     inputs: frozenset[TopicPartition]
     #: input offsets this task committed last (next to read)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
+    #: records fetched and not processed yet, per input partition, in offset order
+    held: dict[TopicPartition, deque[Any]] = field(default_factory=lambda: defaultdict(deque))
 
 
 @dataclass(slots=True)
@@ -198,6 +212,9 @@ class StreamsHost:
         self.processed = 0
         self.transactions = 0
         self._ready = False
+        #: bumped by every rebalance step (under the lock): a poll that spans one is re-read
+        self._generation = 0
+        self._paused: set[TopicPartition] = set()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -269,29 +286,100 @@ class StreamsHost:
             if self.wedged:
                 await self._stopping.wait()
                 return
+            generation = self._generation
             polled = await consumer.getmany(timeout_ms=200)
-            if not polled:
-                continue
             async with self._lock:
-                by_task: dict[int, list[list[Any]]] = defaultdict(list)
+                if generation != self._generation:
+                    # the poll spanned a rebalance: it may predate the assignment's seek
+                    self._seek_back(polled)
+                    continue
                 for tp, messages in polled.items():
                     task = self._tasks.get(tp.partition)
-                    if task is None or tp not in task.inputs:
-                        continue  # not ready: the assignment's seek reads them again
-                    by_task[tp.partition].append(messages)
-                if not by_task:
+                    if task is not None and tp in task.inputs:
+                        task.held[tp].extend(messages)
+                batches = {}
+                for task in self._tasks.values():
+                    ready = await self._take_ready(task)
+                    if ready:
+                        batches[task.partition] = ready
+                self._apply_backpressure()
+                if not batches:
                     continue
                 try:
                     await asyncio.gather(
-                        *(self._run_batch(self._tasks[n], lists) for n, lists in by_task.items())
+                        *(self._run_batch(self._tasks[n], ready) for n, ready in batches.items())
                     )
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     self._fatal("a transaction failed", exc)
 
-    async def _run_batch(self, task: Task, polled: list[list[Any]]) -> None:
-        pending = self._compute(task, polled)
+    def _seek_back(self, polled: dict[TopicPartition, list[Any]]) -> None:
+        """Read again what a poll spanning a rebalance returned, from where each task is."""
+        consumer = self._consumer
+        assert consumer is not None
+        for tp in polled:
+            task = self._tasks.get(tp.partition)
+            if task is not None and tp in task.inputs:
+                held = task.held[tp]
+                consumer.seek(tp, held[-1].offset + 1 if held else task.committed[tp])
+
+    def _order(self, message: Any) -> tuple[int, int, int]:
+        """Where a record sorts among its partition number's inputs (the embedded order)."""
+        return (message.timestamp, self._topic_rank[message.topic], message.offset)
+
+    async def _take_ready(self, task: Task) -> list[Any]:
+        """The task's held records that can be processed now, in the embedded order.
+
+        A co-partitioned input that may still have unfetched records bounds the batch by
+        its last fetched record (nothing fetched: it bounds everything), so a report is not
+        processed before the exchange it quotes only because the exchange's topic was
+        fetched more slowly, as the embedded host and replay order them."""
+        consumer = self._consumer
+        assert consumer is not None
+        bounds = []
+        for tp in task.inputs:
+            held = task.held[tp]
+            if tp in self._paused or await self._may_have_more(tp):
+                bounds.append(self._order(held[-1]) if held else (-1, -1, -1))
+        horizon = min(bounds) if bounds else None
+        prefixes = []
+        for tp in task.inputs:
+            held = task.held[tp]
+            take = []
+            while held and (horizon is None or self._order(held[0]) <= horizon):
+                take.append(held.popleft())
+            if take:
+                prefixes.append(take)
+        ready = list(heapq.merge(*prefixes, key=self._order))
+        for message in reversed(ready[MAX_BATCH_RECORDS:]):  # the rest waits, in order
+            task.held[TopicPartition(message.topic, message.partition)].appendleft(message)
+        return ready[:MAX_BATCH_RECORDS]
+
+    async def _may_have_more(self, tp: TopicPartition) -> bool:
+        consumer = self._consumer
+        assert consumer is not None
+        stable = consumer.last_stable_offset(tp)
+        return stable is None or await consumer.position(tp) < stable
+
+    def _apply_backpressure(self) -> None:
+        """Pause the inputs that hold too much while another input catches up."""
+        consumer = self._consumer
+        assert consumer is not None
+        full = {
+            tp
+            for task in self._tasks.values()
+            for tp, held in task.held.items()
+            if len(held) >= MAX_HELD_RECORDS
+        }
+        if full - self._paused:
+            consumer.pause(*(full - self._paused))
+        if self._paused - full:
+            consumer.resume(*(self._paused - full))
+        self._paused = full
+
+    async def _run_batch(self, task: Task, ready: list[Any]) -> None:
+        pending = await self._compute(task, ready)
         await self._commit(task, pending)
         for name, changes in pending.changes.items():
             task.stores[name].commit(changes)
@@ -299,18 +387,15 @@ class StreamsHost:
         self.processed += pending.records
         self.transactions += 1
 
-    def _compute(self, task: Task, polled: list[list[Any]]) -> Pending:
+    async def _compute(self, task: Task, ready: list[Any]) -> Pending:
         """Protocol step 1: the batch's outputs, state changes and next offsets."""
         buffers = {name: WriteBuffer(store) for name, store in task.stores.items()}
         outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]] = []
-        offsets: dict[TopicPartition, int] = {}
-        count = 0
-        rank = self._topic_rank
-        for message in heapq.merge(
-            *polled, key=lambda m: (m.timestamp, rank[m.topic], m.offset)
-        ):
-            count += 1
-            offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+        last: dict[tuple[str, int], int] = {}
+        for count, message in enumerate(ready, 1):
+            last[message.topic, message.partition] = message.offset
+            if count % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # heartbeats and the watchdog run between records
             event = self._decode(message)
             if event is None:
                 continue
@@ -322,7 +407,8 @@ class StreamsHost:
             name: [Change.of(key, value) for key, value in buffer.changes()]
             for name, buffer in buffers.items()
         }
-        return Pending(outputs, changes, offsets, count)
+        offsets = {TopicPartition(t, p): offset + 1 for (t, p), offset in last.items()}
+        return Pending(outputs, changes, offsets, len(ready))
 
     def _decode(self, message: Any) -> Event | None:
         try:
@@ -364,12 +450,14 @@ class StreamsHost:
     async def revoked(self, partitions: Iterable[TopicPartition]) -> None:
         self.rebalancing = True
         async with self._lock:  # the batch in flight commits first
+            self._generation += 1
             await self._close_tasks()
 
     async def assigned(self, partitions: Iterable[TopicPartition]) -> None:
         self.rebalancing = True
         try:
             async with self._lock:
+                self._generation += 1
                 await self._close_tasks()
                 numbers: dict[int, set[TopicPartition]] = defaultdict(set)
                 for tp in partitions:
@@ -455,7 +543,15 @@ class StreamsHost:
 
     async def _close_tasks(self) -> None:
         tasks, self._tasks = list(self._tasks.values()), {}
-        await asyncio.gather(*(task.producer.stop() for task in tasks))
+        if self._paused and self._consumer is not None:
+            self._consumer.resume(*self._paused)
+        self._paused = set()
+        stopped = await asyncio.gather(
+            *(task.producer.stop() for task in tasks), return_exceptions=True
+        )
+        for failure in stopped:
+            if isinstance(failure, BaseException):  # a fenced producer: nothing to keep
+                logger.warning("closing a task's producer failed: %r", failure)
         for task in tasks:
             for store in task.stores.values():
                 store.close()
