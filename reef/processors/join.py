@@ -244,8 +244,11 @@ class JoinProcessor:
 
     def _expire(self, state: KeyValueState, scenario: str, now: datetime) -> list[Event]:
         key = f"parked/{scenario}"
-        parked = list(state.get(key) or [])
-        expired = [p for p in parked if p["deadline"] < _ms(now)]
+        parked = state.get(key)
+        if not parked:
+            return []
+        deadline = _ms(now)
+        expired = [p for p in parked if p["deadline"] < deadline]
         if not expired:
             return []
         _store_parked(state, key, [p for p in parked if p not in expired])
