@@ -19,6 +19,7 @@ from typing import Any
 
 from reef.crypto.seal import body_aad, open_sealed, seal
 from reef.events import InferenceRecorded
+from reef.sealed import is_sealed_copy
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -96,22 +97,7 @@ def strip_exchange(event: InferenceRecorded) -> InferenceRecorded:
     )
 
 
-# -- copies inside trajectories -------------------------------------------------------------
-
-
-def sealed_copy(blob: bytes | None, ref: str | None) -> dict[str, str] | None:
-    """How the join carries a sealed body in state and samples (no key needed)."""
-    if ref is not None:
-        return {"sealed_claim": ref}
-    if blob is not None:
-        return {"sealed": base64.b64encode(blob).decode("ascii")}
-    return None
-
-
-def is_sealed_copy(value: Any) -> bool:
-    if not isinstance(value, dict) or len(value) != 1:
-        return False
-    return "sealed" in value or "sealed_claim" in value
+# -- copies inside trajectories (their pure form: reef.sealed) ---------------------------------
 
 
 def trajectory_receipts(trajectory: list[Any]) -> list[str]:

@@ -33,7 +33,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reef import topics
-from reef.crypto.bodies import sealed_copy
 from reef.events import (
     Event,
     InferenceRecorded,
@@ -45,6 +44,7 @@ from reef.events import (
 from reef.ids import derived_id, scenario_tag
 from reef.processors import conversation
 from reef.processors.state import KeyValueState
+from reef.sealed import sealed_copy
 
 PRODUCER = "reef-join"
 
