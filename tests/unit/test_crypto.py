@@ -14,11 +14,11 @@ from reef.crypto.bodies import (
     open_exchange,
     open_trajectory,
     seal_exchange,
-    sealed_copy,
     strip_exchange,
     trajectory_receipts,
 )
 from reef.events import InferenceRecorded, utc_now
+from reef.sealed import sealed_copy
 
 MARKER = "marker-6f1d2c-unique"
 
