@@ -23,6 +23,8 @@ from typing import Any, Final
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
+from reef.processors.state_codec import dump_value, load_value
+
 #: per store (one per processor and partition): memtables and block cache, so the memory
 #: a worker holds for its tables is bounded (RocksDB's defaults: 3 x 64 MB and 2 GB)
 WRITE_BUFFER_BYTES: Final = 4 * 1024 * 1024
@@ -40,7 +42,7 @@ def encode_key(key: str) -> bytes:
 
 
 def encode_value(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return dump_value(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,7 @@ class PartitionStore:
             value = cached[0]
         else:
             raw = self._db.get(encode_key(key))
-            value = _ABSENT if raw is None else json.loads(raw)
+            value = _ABSENT if raw is None else load_value(raw)
             self._remember(key, value, 0 if raw is None else len(raw))
         return None if value is _ABSENT else value
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from reef.log.base import LogRecord
 from reef.log.embedded import EmbeddedLog
 from reef.processors.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
 from reef.processors.state import Processor, WriteBuffer
+from reef.processors.state_codec import dump_value
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class EmbeddedRuntime:
             positions[record.topic][record.partition] = record.offset + 1
         pending = [self.store.prepare(event) for event in outputs]
         written = [
-            (key, value, None if value is None else json.dumps(value))
+            (key, value, None if value is None else dump_value(value).decode())
             for key, value in buffer.changes()
         ]
         changes = [(key, text) for key, _, text in written]

@@ -15,12 +15,13 @@ runtime per processor and log, as the embedded host runs them).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
+
+from reef.processors.state_codec import load_value
 
 #: default cache budget, in bytes of JSON text (decoded objects take a few times more)
 DEFAULT_CACHE_BYTES: Final = 8 * 1024 * 1024
@@ -69,7 +70,7 @@ class SqliteState:
             self._remember(key, _ABSENT, len(key))
             return None
         text = str(rows[0][0])
-        value = json.loads(text)
+        value = load_value(text)
         self._remember(key, value, len(text))
         return value
 
