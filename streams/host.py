@@ -65,6 +65,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from reef.codec import EventCodec
+from reef.errors import CodecError
 from reef.events import Event
 from reef.log.kafka import KafkaLog
 from reef.processors.catalog import processors as configured_processors
@@ -413,7 +414,7 @@ class StreamsHost:
     def _decode(self, message: Any) -> Event | None:
         try:
             return self.codec.decode(message.value)
-        except Exception:
+        except CodecError:
             logger.exception(
                 "skipping undecodable record %s[%d]@%d",
                 message.topic,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from aiokafka import TopicPartition as TP
+from aiokafka.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class BrokerOffsets:
                 self._answer_within_s,
             )
             ends = await asyncio.wait_for(consumer.end_offsets(asked), self._answer_within_s)
-        except Exception:  # TimeoutError included
+        except (KafkaError, TimeoutError, OSError):  # the brokers cannot answer now
             logger.warning("watchdog: offsets unavailable", exc_info=True)
             return {}, {}
         committed = {}
