@@ -65,7 +65,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from reef.codec import EventCodec
-from reef.errors import CodecError
+from reef.errors import CodecError, CorruptRecordError
 from reef.events import Event
 from reef.log.kafka import KafkaLog
 from reef.processors.catalog import processors as configured_processors
@@ -413,6 +413,8 @@ class StreamsHost:
 
     def _decode(self, message: Any) -> Event | None:
         try:
+            if message.value is None:
+                raise CorruptRecordError("a tombstone on an event topic")
             return self.codec.decode(message.value)
         except CodecError:
             logger.exception(
