@@ -14,7 +14,8 @@ own in test_streams_scaleout.py).
   holds exactly the state replay rebuilds;
 * compare-and-swap: eight proposers race on one parent: one commit, seven stale_parent;
 * replay: after a mixed workload ``reef replay --compare-live`` reports equal digests;
-* watchdog: a worker wedged on purpose (SIGUSR2) is ended with status 75.
+* watchdog: a worker wedged on purpose (SIGUSR2) is ended with status 75;
+* bad input: garbage bytes and a tombstone on an input topic are skipped, not fatal.
 """
 
 from __future__ import annotations
@@ -584,3 +585,37 @@ async def test_a_wedged_worker_is_detected_and_exits_75(log: KafkaLog, worker: W
     assert "deliberate wedge" in text and "no progress: " in text, text
     assert "records wait after offset" in text, text
     print(f"wedge detected and the worker exited 75 after {took:.1f} s (stall timeout 4 s)")
+
+
+# ---------------------------------------------------------------------------
+# (e) bad records on an input topic are skipped, not fatal
+
+
+async def test_undecodable_input_records_are_skipped(
+    kafka_bootstrap: str, prefix: str, log: KafkaLog, worker: Worker
+) -> None:
+    """Garbage bytes and a tombstone on reef.reports are logged and skipped; the worker
+    stays up and joins the valid report written after them (a record that cannot be
+    decoded must not end the worker: its restart would meet the same record again)."""
+    from aiokafka import AIOKafkaProducer
+
+    worker.start()
+    await worker.wait_ready()
+    s = "garbage"
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        target = prefix + topics.REPORTS
+        await producer.send_and_wait(target, b"not avro at all", key=s.encode())
+        await producer.send_and_wait(target, None, key=s.encode())
+    finally:
+        await producer.stop()
+    rec = receipt(s, 0)
+    good = report(s, "rep-after-garbage", [rec], now())
+    await EventStore(log).append_all([inference(s, rec, now(), release="rel-0"), good])
+    samples = await wait_for_count(log, topics.SAMPLES, 1, worker)
+    assert [e.report_id for e in samples if isinstance(e, SampleJoined)] == [good.event_id]
+    await wait_until_inputs_committed(log, worker)
+    worker.assert_running()
+    text = worker.output_text()
+    assert text.count("skipping undecodable record") == 2, text[-4000:]
