@@ -108,8 +108,21 @@ class LoadResult:
     def recovered_after(self, moment: float) -> float:
         """Seconds from ``moment`` (the fault healed) to the first success after which no
         started request failed."""
-        last = self.last_failure(after=moment)
-        first = self.first_ok_after(moment if last is None else last)
+        failed = [a for a in self.attempts if a.started >= moment and not a.ok]
+        if not failed:
+            first = self.first_ok_after(moment)
+        else:
+            # a success of a request started after the last failing one started; the load
+            # may stop before such a request ends after the last failure ended (that one
+            # can be the slowest), so a success ending after it counts too
+            last_start = max(a.started for a in failed)
+            last_end = max(a.ended for a in failed)
+            oks = [
+                a.ended
+                for a in self.attempts
+                if a.ok and (a.started > last_start or a.ended > last_end)
+            ]
+            first = min(oks) if oks else None
         assert first is not None, "the load never succeeded after the fault was healed"
         return max(0.0, first - moment)
 
