@@ -80,6 +80,13 @@ logger = logging.getLogger(__name__)
 #: exit status of a worker that stops because a transaction can no longer complete
 EXIT_TRANSACTION_FAILED: Final = 75
 
+#: how old the clients' cluster metadata may get (aiokafka's default: 5 minutes). aiokafka
+#: resets a partition's position (ListOffsets) against the leader its metadata names and,
+#: when that broker answers NotLeaderForPartition, retries without refreshing it: after a
+#: broker of three was killed, a worker's assignment waited on that loop until the
+#: watchdog ended it (60 s). Fresh metadata bounds that loop to this long.
+METADATA_MAX_AGE_MS: Final = 5_000
+
 #: logged once the first assignment is restored and the worker processes its input
 READY_LINE: Final = "reef streams: ready"
 
@@ -225,6 +232,7 @@ class StreamsHost:
         self._restorer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap,
             client_id=f"{self.group}-restore",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             isolation_level="read_committed",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -238,6 +246,7 @@ class StreamsHost:
             bootstrap_servers=s.kafka_bootstrap,
             group_id=self.group,
             client_id=f"{self.group}-{os.getpid()}",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             isolation_level="read_committed",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -492,6 +501,7 @@ class StreamsHost:
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id=f"{self.group}-{n}",
             transactional_id=f"{self.group}-{n}",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             acks="all",
             enable_idempotence=True,
             linger_ms=2,
