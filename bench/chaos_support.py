@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -463,6 +464,54 @@ class Wedge:
         )
 
 
+@dataclass
+class NoProgress:
+    """The spec's literal rule, on one input partition: records wait, a worker process is
+    alive (the partition's owner when the group names one, else any: a rebalance that does
+    not end counts), and the committed offset stands still for ``stall_s`` or more. Unlike
+    a :class:`Wedge` it holds whatever the group's state: a stuck or slow rebalance too."""
+
+    partition: TopicPartition
+    start: float  # monotonic: since when the committed offset stood
+    committed: int
+    seconds: float = 0.0
+    states: set[str] = field(default_factory=set)
+    owners: set[str] = field(default_factory=set)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+
+def no_progress_incidents(events: Sequence[NoProgress], t0: float) -> list[str]:
+    """Overlapping per-partition events merged into incidents, one line each."""
+    out: list[str] = []
+    group: list[NoProgress] = []
+
+    def flush() -> None:
+        if not group:
+            return
+        start = min(e.start for e in group)
+        longest = max(e.seconds for e in group)
+        states = sorted(set().union(*(e.states for e in group)))
+        owners = sorted(set().union(*(e.owners for e in group)))
+        names = sorted(
+            f"{e.partition.topic.rsplit('.', 1)[-1]}[{e.partition.partition}]" for e in group
+        )
+        out.append(
+            f"at {start - t0:.0f}s: {len(group)} partition(s) {names[:8]} without a commit for "
+            f"up to {longest:.0f} s; group {states}; owners {owners}"
+        )
+
+    for event in sorted(events, key=lambda e: e.start):
+        if group and event.start > max(e.end for e in group):
+            flush()
+            group = []
+        group.append(event)
+    flush()
+    return out
+
+
 def instance_of(member_id: str) -> str | None:
     """The instance id of a static member: the coordinator names it ``<instance>-<uuid4>``.
 
@@ -488,7 +537,13 @@ class WedgeMonitor:
         stall_s: float = 10.0,
         kill_after_s: float = 45.0,
         echo: Echo = print,
+        log_path: Path | None = None,
     ) -> None:
+        self.log_path = log_path
+        self.t0 = time.monotonic()
+        self.stalls: list[NoProgress] = []
+        self._stall_since: dict[TopicPartition, tuple[int, float]] = {}
+        self._open_stalls: dict[TopicPartition, NoProgress] = {}
         self.bootstrap = bootstrap
         self.group = group
         self.tps = [TopicPartition(t, p) for t in input_topics for p in range(partitions)]
@@ -569,6 +624,7 @@ class WedgeMonitor:
                     self.latest = seen
                     self.history.append(seen)
                 self._judge(seen)
+                self._record(seen)
                 await asyncio.sleep(max(0.05, 1.0 - (time.monotonic() - began)))
         finally:
             if clients is not None:
@@ -630,6 +686,61 @@ class WedgeMonitor:
             ends={TopicPartition(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
         )
 
+    def _record(self, seen: Observation) -> None:
+        """One line per observation (``observations.jsonl``), for the analysis after."""
+        if self.log_path is None:
+            return
+        line = {
+            "t": round(seen.at - self.t0, 2),
+            "ok": seen.ok,
+            "state": seen.state,
+            "members": seen.members,
+            "lag": seen.lag() if seen.ok else None,
+            "paused": bool(self._paused),
+            "behind": {
+                f"{tp.topic.rsplit('.', 1)[-1]}[{tp.partition}]": end - seen.committed.get(tp, 0)
+                for tp, end in seen.ends.items()
+                if end > seen.committed.get(tp, 0)
+            },
+            "owners": sorted(set(seen.owners.values())),
+        }
+        if seen.error:
+            line["error"] = seen.error
+        with self.log_path.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+
+    def _no_progress(self, seen: Observation, live: Mapping[str, Worker]) -> None:
+        """The literal rule (see :class:`NoProgress`)."""
+        now = seen.at
+        for tp in self.tps:
+            end = seen.ends.get(tp)
+            done = seen.committed.get(tp, 0)
+            owner_id = seen.owners.get(tp)
+            owner = live.get(owner_id) if owner_id else None
+            # an owner named by the group must be alive (a killed worker keeps its static
+            # membership until it is back: that is no stall of a live process)
+            responsible = owner is not None or (owner_id is None and bool(live))
+            if end is None or done >= end or not responsible:
+                self._open_stalls.pop(tp, None)
+                self._stall_since.pop(tp, None)
+                continue
+            first = self._stall_since.get(tp)
+            if first is None or first[0] != done:
+                self._open_stalls.pop(tp, None)
+                self._stall_since[tp] = (done, now)
+                continue
+            stood = now - first[1]
+            if stood < self.stall_s:
+                continue
+            event = self._open_stalls.get(tp)
+            if event is None:
+                event = NoProgress(tp, first[1], done)
+                self._open_stalls[tp] = event
+                self.stalls.append(event)
+            event.seconds = stood
+            event.states.add(seen.state or "?")
+            event.owners.add(f"worker {owner.slot}" if owner is not None else "none")
+
     def _judge(self, seen: Observation) -> None:
         """The wedge rule on one observation."""
         now = seen.at
@@ -638,8 +749,11 @@ class WedgeMonitor:
             self._last_look = now
             if self._paused or not seen.ok or starved:
                 self._since.clear()
+                self._stall_since.clear()
+                self._open_stalls.clear()
                 return
         live = self.supervisor.live_instances()
+        self._no_progress(seen, live)
         pids = {w.pid for w in live.values()}
         for key, wedge in list(self._open.items()):
             tp, committed, pid = key

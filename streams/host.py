@@ -544,15 +544,22 @@ class StreamsHost:
     async def _seek_committed(self, tasks: Sequence[Task]) -> None:
         consumer = self._consumer
         assert consumer is not None
+        never: list[tuple[Task, TopicPartition]] = []
         for task in tasks:
             for tp in task.inputs:
                 offset = await consumer.committed(tp)
                 if offset is None:
-                    await consumer.seek_to_beginning(tp)
-                    task.committed[tp] = 0
+                    never.append((task, tp))
                 else:
                     consumer.seek(tp, offset)
                     task.committed[tp] = int(offset)
+        if never:
+            # not seek_to_beginning: that waits on the fetcher's reset, which retries a
+            # stale leader (see METADATA_MAX_AGE_MS); this refreshes metadata and times out
+            starts = await consumer.beginning_offsets([tp for _, tp in never])
+            for task, tp in never:
+                consumer.seek(tp, starts[tp])
+                task.committed[tp] = int(starts[tp])
 
     async def _close_tasks(self) -> None:
         tasks, self._tasks = list(self._tasks.values()), {}
