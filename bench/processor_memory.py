@@ -24,8 +24,8 @@ Variants, measured in the same run:
 
 With ``--kafka`` (optionally ``--kafka-bootstrap``; default: the local stack's single
 node) the same workload also goes to a fresh topic prefix per tree, where one ``reef
-streams`` worker (Faust) of the baseline tree (``memory://`` tables) and of this tree
-(RocksDB tables) processes it, fed in steps of 500 exchanges + reports, each appended
+streams`` worker of this tree (RocksDB stores) processes it (the baseline tree's worker
+was a Faust worker, and faust is no longer installed: the Kafka rows measure this tree), fed in steps of 500 exchanges + reports, each appended
 once the previous step's samples are committed (read_committed): no backlog for the
 worker to buffer, as in a soak. Its RSS is read when it is Ready and after each step;
 the topics are deleted after.
@@ -297,7 +297,7 @@ def run_variant(variant: Variant, template: Path, work: Path) -> Measured:
     return Measured(variant, figures, trace)
 
 
-# -- Kafka: one Faust worker per tree ---------------------------------------------------
+# -- Kafka: this tree's stream worker ----------------------------------------------------
 
 
 async def run_kafka_variant(
@@ -399,7 +399,7 @@ async def _count(bootstrap: str, topic: str, counted: list[int]) -> None:
 
 def print_kafka_table(results: Sequence[tuple[str, dict[str, float]]], exchanges: int) -> None:
     print(
-        f"\n{'faust worker':32} {'s':>6} {'exch/s':>7} {'RSS Ready':>9} {'done':>9} "
+        f"\n{'stream worker':32} {'s':>6} {'exch/s':>7} {'RSS Ready':>9} {'done':>9} "
         f"{'growth':>7} {'KB/exch':>7} {'slope':>6} {'peak':>7}"
     )
     for name, f in results:
@@ -452,7 +452,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cache-mb", type=float, action="append", default=[], help="extra cache budgets"
     )
-    parser.add_argument("--kafka", action="store_true", help="also the Faust worker on Kafka")
+    parser.add_argument("--kafka", action="store_true", help="also this tree's stream worker on Kafka")
     parser.add_argument("--kafka-bootstrap", help="Kafka to use (default: the stack's node)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -486,9 +486,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
             bootstrap = kafka_bootstrap(args.kafka_bootstrap)
             events = workload(args.exchanges, args.body_kb)
-            trees = [("this tree (rocksdb://)", REPO_ROOT)]
-            if baseline_tree is not None:
-                trees.insert(0, (f"baseline {rev[:12]} (memory://)", baseline_tree))
+            trees = [("this tree (rocksdb)", REPO_ROOT)]
             for name, tree in trees:
                 print(f"kafka: {name} ...", flush=True)
                 figures, trace = await run_kafka_variant(name, tree, bootstrap, events, work)
