@@ -25,7 +25,8 @@ Variants, measured in the same run:
 With ``--kafka`` (optionally ``--kafka-bootstrap``; default: the local stack's single
 node) the same workload also goes to a fresh topic prefix per tree, where one ``reef
 streams`` worker of this tree (RocksDB stores) processes it (the baseline tree's worker
-was a Faust worker, and faust is no longer installed: the Kafka rows measure this tree), fed in steps of 500 exchanges + reports, each appended
+was a Faust worker, and faust is no longer installed: the Kafka rows measure this tree),
+fed in steps of 500 exchanges + reports, each appended
 once the previous step's samples are committed (read_committed): no backlog for the
 worker to buffer, as in a soak. Its RSS is read when it is Ready and after each step;
 the topics are deleted after.
@@ -452,7 +453,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cache-mb", type=float, action="append", default=[], help="extra cache budgets"
     )
-    parser.add_argument("--kafka", action="store_true", help="also this tree's stream worker on Kafka")
+    parser.add_argument(
+        "--kafka", action="store_true", help="also this tree's stream worker on Kafka"
+    )
     parser.add_argument("--kafka-bootstrap", help="Kafka to use (default: the stack's node)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
