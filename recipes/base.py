@@ -43,24 +43,27 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from recipes.errors import RecipeConfigError, RecipeError
+from recipes.gates import Decision, Evaluation, GateConfig, decide
 from recipes.samples import Sample
+from recipes.strict import StrictModel
 
-GATE_POLICIES = ("always", "floor", "win_margin")
-
-
-class StrictModel(BaseModel):
-    """Frozen, and unknown keys are errors."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+__all__ = [  # the gate's types live with the gates; recipes import them from here too
+    "Batch",
+    "Candidate",
+    "Decision",
+    "Evaluation",
+    "GateConfig",
+    "Parent",
+    "Recipe",
+    "RecipeConfig",
+    "StrictModel",
+]
 
 
 class Eligibility(StrictModel):
@@ -158,23 +161,6 @@ class Batching(StrictModel):
         return chosen
 
 
-class GateConfig(StrictModel):
-    """Whether a candidate is selected."""
-
-    policy: str = Field(default="always", description="always | floor | win_margin | pkg.mod:func")
-    floor: float = Field(default=0.0, description="floor: the lowest selected candidate score.")
-    margin: float = Field(
-        default=0.0, description="win_margin: the least improvement over the head."
-    )
-
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        if value in GATE_POLICIES or ":" in value:
-            return value
-        raise ValueError(f"unknown gate policy {value!r} (always, floor, win_margin, pkg.mod:func)")
-
-
 class RecipeConfig(StrictModel):
     """What every recipe's configuration holds."""
 
@@ -191,31 +177,6 @@ class RecipeConfig(StrictModel):
     decision_timeout_s: float = Field(
         default=120.0, gt=0, description="Longest wait for the chain's decision on a proposal."
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """An evaluator's verdict on one folder (candidate or current release)."""
-
-    evaluator: str
-    score: float
-    metrics: dict[str, float] = field(default_factory=dict)
-    details: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"evaluator": self.evaluator, "score": self.score, "metrics": self.metrics}
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The gate's answer; ``reason`` is shown in logs, status and the proposal."""
-
-    selected: bool
-    policy: str
-    reason: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {"selected": self.selected, "policy": self.policy, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,8 +268,6 @@ class Recipe(ABC, Generic[C]):
         """Score a release folder (None = the built-in base); deterministic (blocking)."""
 
     def select(self, candidate: Evaluation, baseline: Evaluation | None) -> Decision:
-        from recipes.gates import decide
-
         return decide(self.config.gate, candidate, baseline)
 
 

@@ -8,10 +8,57 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from recipes.base import Decision, Evaluation, GateConfig
+from pydantic import Field, field_validator
+
 from recipes.errors import RecipeConfigError
+from recipes.strict import StrictModel
+
+GATE_POLICIES = ("always", "floor", "win_margin")
+
+
+class GateConfig(StrictModel):
+    """Whether a candidate is selected."""
+
+    policy: str = Field(default="always", description="always | floor | win_margin | pkg.mod:func")
+    floor: float = Field(default=0.0, description="floor: the lowest selected candidate score.")
+    margin: float = Field(
+        default=0.0, description="win_margin: the least improvement over the head."
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value in GATE_POLICIES or ":" in value:
+            return value
+        raise ValueError(f"unknown gate policy {value!r} (always, floor, win_margin, pkg.mod:func)")
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """An evaluator's verdict on one folder (candidate or current release)."""
+
+    evaluator: str
+    score: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"evaluator": self.evaluator, "score": self.score, "metrics": self.metrics}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The gate's answer; ``reason`` is shown in logs, status and the proposal."""
+
+    selected: bool
+    policy: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"selected": self.selected, "policy": self.policy, "reason": self.reason}
 
 
 def decide(config: GateConfig, candidate: Evaluation, baseline: Evaluation | None) -> Decision:

@@ -123,7 +123,6 @@ ALLOWED_R3: Final[tuple[tuple[str, str], ...]] = (
 )
 #: the sorted modules of each import cycle (strongly connected component)
 ALLOWED_R4: Final[tuple[tuple[str, ...], ...]] = (
-    ("recipes.base", "recipes.gates"),
     ("recipes.grpo", "recipes.sft", "trainers.lora", "trainers.torch_backend"),
 )
 #: (file, adapter class), once per isinstance call
