@@ -171,7 +171,6 @@ class Pending:
     outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
     changes: dict[str, list[Change]]
     offsets: dict[TopicPartition, int]
-    records: int
 
 
 class StreamsHost:
@@ -217,8 +216,6 @@ class StreamsHost:
         self.restoring = False
         #: a deliberate wedge (SIGUSR2, for the watchdog's own test): the loop stops polling
         self.wedged = False
-        self.processed = 0
-        self.transactions = 0
         self._ready = False
         #: bumped by every rebalance step (under the lock): a poll that spans one is re-read
         self._generation = 0
@@ -394,8 +391,6 @@ class StreamsHost:
         for name, changes in pending.changes.items():
             task.stores[name].commit(changes)
         task.committed.update(pending.offsets)
-        self.processed += pending.records
-        self.transactions += 1
 
     async def _compute(self, task: Task, ready: list[Any]) -> Pending:
         """Protocol step 1: the batch's outputs, state changes and next offsets."""
@@ -418,7 +413,7 @@ class StreamsHost:
             for name, buffer in buffers.items()
         }
         offsets = {TopicPartition(t, p): offset + 1 for (t, p), offset in last.items()}
-        return Pending(outputs, changes, offsets, len(ready))
+        return Pending(outputs, changes, offsets)
 
     def _decode(self, message: Any) -> Event | None:
         try:
