@@ -26,7 +26,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from reef.events import Event, ReleaseCommitted, ReleaseRejected, SampleJoined
@@ -37,6 +36,7 @@ from tests.support.learning import (
     LearningDeployment,
     kafka_flags,
     learning_deployment,
+    record_corrections,
     start_trainer,
 )
 from tests.support.servers import ManagedProcess, UpstreamProcess
@@ -78,25 +78,6 @@ def deployment(
         with_trainer=False,
     ) as found:
         yield found, env
-
-
-def record_workload(base_url: str, scenario: str) -> None:
-    headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": scenario}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
-        for index in range(SAMPLES_TOTAL):
-            word = f"w{index}"
-            body = {
-                "model": "m",
-                "messages": [{"role": "user", "content": f"Return exactly: {word}"}],
-            }
-            answer = client.post("/v1/chat/completions", json=body)
-            assert answer.status_code == 200, answer.text
-            report = {
-                "score": 1.0,
-                "feedback": {"correction": word},
-                "references": [answer.headers["x-reef-agent-record-id"]],
-            }
-            assert client.post("/reef/report", json=report).status_code in (200, 201, 202)
 
 
 def events(deployment: LearningDeployment, topic: str, scenario: str) -> list[Event]:
@@ -176,7 +157,7 @@ def test_sigkill_mid_step_loses_nothing_and_trains_nothing_twice(
     deployed, env = deployment
     scenario = unique_scenario("crash")
     began = time.monotonic()
-    record_workload(deployed.base_url, scenario)
+    record_corrections(deployed.base_url, TOKEN, scenario, SAMPLES_TOTAL, timeout=30.0)
     deadline = time.monotonic() + 90
     while len(events(deployed, SAMPLES, scenario)) < SAMPLES_TOTAL:
         assert time.monotonic() < deadline, "the join did not produce every sample"

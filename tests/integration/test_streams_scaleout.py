@@ -53,6 +53,7 @@ from tests.support.learning import (
     LearningDeployment,
     kafka_flags,
     learning_deployment,
+    record_corrections,
     start_trainer,
 )
 from tests.support.load import SteadyLoad
@@ -499,25 +500,6 @@ def deployment(
         yield found, env
 
 
-def record_samples(base_url: str, scenario: str, count: int) -> None:
-    headers = {"Authorization": f"Bearer {TRAINER_TOKEN}", "x-reef-scenario": scenario}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as client:
-        for index in range(count):
-            word = f"w{index}"
-            body = {
-                "model": "m",
-                "messages": [{"role": "user", "content": f"Return exactly: {word}"}],
-            }
-            answer = client.post("/v1/chat/completions", json=body)
-            assert answer.status_code == 200, answer.text
-            report = {
-                "score": 1.0,
-                "feedback": {"correction": word},
-                "references": [answer.headers["x-reef-agent-record-id"]],
-            }
-            assert client.post("/reef/report", json=report).status_code in (200, 201, 202)
-
-
 @dataclass(frozen=True)
 class Stored:
     partition: int
@@ -572,7 +554,7 @@ def test_two_trainers_split_the_sample_partitions(
             args = [*flags, *itertools.chain.from_iterable(("--partition", str(p)) for p in owned)]
             trainers[name] = start_trainer(args, deployed.state_dir, env, tmp_path / "logs", name)
         for scenario in scenarios:
-            record_samples(deployed.base_url, scenario, SAMPLES_PER_SCENARIO)
+            record_corrections(deployed.base_url, TRAINER_TOKEN, scenario, SAMPLES_PER_SCENARIO)
         total = SAMPLES_PER_SCENARIO * len(scenarios)
 
         deadline = time.monotonic() + TRAIN_TIMEOUT_S

@@ -235,3 +235,26 @@ def learning_deployment(
             reef.stop()
         worker.managed.stop(timeout=20)
         asyncio.run(delete_prefixed_topics(kafka_bootstrap, prefix))
+
+
+def record_corrections(
+    base_url: str, token: str, scenario: str, count: int, timeout: float = 60.0
+) -> None:
+    """``count`` chat completions ("Return exactly: w<i>"), each reported with score 1 and
+    its correction: the samples a fake or sft recipe trains on."""
+    headers = {"Authorization": f"Bearer {token}", "x-reef-scenario": scenario}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=timeout) as client:
+        for index in range(count):
+            word = f"w{index}"
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"Return exactly: {word}"}],
+            }
+            answer = client.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            report = {
+                "score": 1.0,
+                "feedback": {"correction": word},
+                "references": [answer.headers["x-reef-agent-record-id"]],
+            }
+            assert client.post("/reef/report", json=report).status_code in (200, 201, 202)
