@@ -73,12 +73,21 @@ class Service:
     extra_logs: tuple[Path, ...] = ()
 
     def pid(self) -> int | None:
-        """The pid of the running service, or None (a stale pid file is removed)."""
+        """The pid of the running service, or None.
+
+        The pid file is trusted only while it names a live process with the marker.
+        Otherwise ``/proc`` is searched for one: an instance whose pid file was lost
+        or overwritten (a second launch that lost the race for the ports and exited)
+        is adopted, its pid written back, so nobody starts a third copy and ``stop``
+        still reaches it. Nothing found: the stale pid file is removed.
+        """
         pid = _read_pid(self.pid_file)
-        if pid is None:
-            return None
-        if pid_alive(pid, self.marker):
+        if pid is not None and pid_alive(pid, self.marker):
             return pid
+        found = find_pid(self.marker)
+        if found is not None:
+            self.pid_file.write_text(f"{found}\n")
+            return found
         with contextlib.suppress(FileNotFoundError):
             self.pid_file.unlink()
         return None
@@ -126,6 +135,26 @@ def pid_alive(pid: int, marker: str | None = None) -> bool:
     except (FileNotFoundError, ProcessLookupError, ValueError):
         return False
     return True
+
+
+def find_pid(marker: str) -> int | None:
+    """A live process with an argument that is ``marker`` or ends in ``=marker``."""
+    proc = Path("/proc")
+    if not (proc / "self").exists():
+        return None
+    wanted = marker.encode()
+    me = os.getpid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        named = any(arg == wanted or arg.endswith(b"=" + wanted) for arg in args)
+        if named and pid_alive(int(entry.name), marker):
+            return int(entry.name)
+    return None
 
 
 def spawn(service: Service) -> int:
@@ -188,32 +217,42 @@ def stop(service: Service, timeout: float = 30.0) -> bool:
 def stop_all(services: Sequence[Service], timeout: float = 30.0) -> list[Service]:
     """SIGTERM every running service at once, SIGKILL those still up after ``timeout``.
 
-    Returns the services that were running.
+    Repeats while an instance is still found (an orphan of an earlier launch, which
+    ``Service.pid`` adopts), a few rounds at most. Returns the services that were running.
     """
-    running = [(svc, pid) for svc in services if (pid := svc.pid()) is not None]
-    for _, pid in running:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for svc, pid in running:
-        if not _wait_gone(pid, svc.marker, max(0.0, deadline - time.monotonic())):
-            _signal_group(pid, signal.SIGKILL)
-            _wait_gone(pid, svc.marker, 10.0)
-        _signal_group(pid, signal.SIGKILL)  # children that outlived it keep its sockets
-        with contextlib.suppress(FileNotFoundError):
-            svc.pid_file.unlink()
-    return [svc for svc, _ in running]
+    stopped: list[Service] = []
+    for _ in range(3):
+        running = [(svc, pid) for svc in services if (pid := svc.pid()) is not None]
+        if not running:
+            break
+        for _, pid in running:
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for svc, pid in running:
+            if not _wait_gone(pid, svc.marker, max(0.0, deadline - time.monotonic())):
+                _signal_group(pid, signal.SIGKILL)
+                _wait_gone(pid, svc.marker, 10.0)
+            _signal_group(pid, signal.SIGKILL)  # children that outlived it keep its sockets
+            with contextlib.suppress(FileNotFoundError):
+                svc.pid_file.unlink()
+            if svc not in stopped:
+                stopped.append(svc)
+    return stopped
 
 
 def kill(service: Service) -> bool:
     """SIGKILL the service at once (a crash, for fault tests); True if it was running."""
-    pid = service.pid()
-    if pid is None:
-        return False
-    _signal_group(pid, signal.SIGKILL)
-    _wait_gone(pid, service.marker, 10.0)
-    with contextlib.suppress(FileNotFoundError):
-        service.pid_file.unlink()
-    return True
+    killed = False
+    for _ in range(3):
+        pid = service.pid()
+        if pid is None:
+            break
+        _signal_group(pid, signal.SIGKILL)
+        _wait_gone(pid, service.marker, 10.0)
+        with contextlib.suppress(FileNotFoundError):
+            service.pid_file.unlink()
+        killed = True
+    return killed
 
 
 def wait_until(
