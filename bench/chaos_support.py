@@ -38,10 +38,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
-from reef import topics
-from reef.events import InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
-from reef.eventstore import EventStore
+from reef.core import topics
+from reef.core.events import InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
 from reef.log.kafka import KafkaLog
+from reef.services.eventstore import EventStore
 from reef.stack import kafka as stack_kafka
 from reef.stack import process as stack_process
 from reef.stack.paths import load_settings

@@ -16,7 +16,7 @@ single-node broker, in one run:
 2. ``reef streams`` (kafka), one worker process on a fresh topic prefix with the backlog
    already committed: from process start, and from its Ready line (``READY_LINE``:
    assignment taken up, stores restored) -> all N outputs read_committed.
-3. replay: :func:`reef.replay.replay` (what ``reef replay`` runs, in this process) over
+3. replay: :func:`reef.services.replay.replay` (what ``reef replay`` runs, in this process) over
    the embedded log of row 1 and the Kafka topics of row 2; events/s = the processor
    input events it reports (2N), timed with the API projection fold it also does.
 4. anchor A: quixstreams (exactly-once, RocksDB state with changelog) doing the join's
@@ -73,19 +73,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from reef import topics
 from reef.codec import EVENT_TYPE_HEADER, EventCodec
-from reef.events import Event, InferenceRecorded, ReportSubmitted
-from reef.ids import content_hash, scenario_tag
+from reef.core import topics
+from reef.core.events import Event, InferenceRecorded, ReportSubmitted
+from reef.core.ids import content_hash, scenario_tag
+from reef.core.topics import STREAMS_APP_ID
+from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime
-from reef.replay import replay
+from reef.services.replay import replay
 from reef.settings import Settings
-from reef.topics import STREAMS_APP_ID
+from reef.wiring import processors
 from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE, changelog_topic
 
 PARTITIONS = 6
@@ -312,7 +312,7 @@ async def bench_replay(bench: Bench, name: str, settings: Settings, log: EventLo
             bench.reports,
             result.events,
             seconds,
-            "reef.replay.replay() in-process",
+            "reef.services.replay.replay() in-process",
             f">= {REPLAY_EVENTS_TARGET:,} events/s",
             result.events / seconds >= REPLAY_EVENTS_TARGET,
             f"{result.events} processor inputs; time includes the API fold",
@@ -962,11 +962,11 @@ PER_RECORD = (
     ("      heapq.merge of the poll", "heapq.py", "merge"),
     ("      _decode -> EventCodec.decode", "reef/codec.py", "decode"),
     ("        fastavro schemaless_reader", "fastavro", "schemaless_reader"),
-    ("      JoinProcessor.step", "reef/processors/join.py", "step"),
-    ("        join _expire (parked/<scenario> read)", "reef/processors/join.py", "_expire"),
-    ("        join _park", "reef/processors/join.py", "_park"),
-    ("        join _retry_parked", "reef/processors/join.py", "_retry_parked"),
-    ("        WriteBuffer.get", "reef/processors/state.py", "get"),
+    ("      JoinProcessor.step", "reef/core/join.py", "step"),
+    ("        join _expire (parked/<scenario> read)", "reef/core/join.py", "_expire"),
+    ("        join _park", "reef/core/join.py", "_park"),
+    ("        join _retry_parked", "reef/core/join.py", "_retry_parked"),
+    ("        WriteBuffer.get", "reef/core/state.py", "get"),
     ("          PartitionStore.get (RocksDB + json)", "streams/store.py", "get"),
     ("      EventCodec.encode (outputs)", "reef/codec.py", "encode"),
     ("        codec _validate (fastavro validate)", "reef/codec.py", "_validate"),
@@ -1126,7 +1126,8 @@ def print_table(bench: Bench, load: tuple[float, float]) -> None:
         "its CPU time includes librdkafka's threads",
         "anchor B (aiokafka EOS copy) is the ceiling of a Python host on aiokafka here: "
         "same consumer/producer settings and transaction pattern as streams/host.py, no work",
-        "replay rows: reef.replay.replay() called in this process (what `reef replay` runs, "
+        "replay rows: reef.services.replay.replay() called in this process "
+        "(what `reef replay` runs, "
         "without the CLI's start-up); events = processor input events it reports",
     ]:
         print(f"  - {note}")

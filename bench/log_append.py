@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from reef.codec import EventCodec
-from reef.events import InferenceRecorded, utc_now
-from reef.eventstore import EventStore
+from reef.core.events import InferenceRecorded, utc_now
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog
+from reef.services.eventstore import EventStore
 
 PARTITIONS = 6
 MIN_BYTES, MAX_BYTES = 2_000, 20_000

@@ -59,11 +59,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from reef import topics  # noqa: E402
-from reef.events import Event, InferenceRecorded, ReportSubmitted  # noqa: E402
-from reef.eventstore import EventStore  # noqa: E402
-from reef.ids import content_hash, scenario_tag  # noqa: E402
+from reef.core.events import Event, InferenceRecorded, ReportSubmitted  # noqa: E402
+from reef.core.ids import content_hash, scenario_tag  # noqa: E402
 from reef.log.embedded import EmbeddedLog  # noqa: E402
 from reef.log.kafka import KafkaLog  # noqa: E402
+from reef.services.eventstore import EventStore  # noqa: E402
 
 SCENARIOS = tuple(f"mem-{i}" for i in range(12))
 MB = 1024 * 1024
@@ -75,10 +75,10 @@ from pathlib import Path
 
 import psutil
 
-from reef import topics
+from reef.core import topics
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime
+from reef.wiring import processors
+from reef.hosts.embedded import EmbeddedRuntime
 from reef.settings import Settings
 
 path, cache_bytes, phase = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -245,7 +245,7 @@ def slope_kb(trace: Sequence[tuple[int, float]]) -> float:
 def baseline_rev() -> str:
     """The commit before the one that added the SQLite-backed state (else HEAD)."""
     added = subprocess.run(
-        ["git", "log", "--diff-filter=A", "--format=%H", "--", "reef/processors/sqlite_state.py"],
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "reef/hosts/sqlite_state.py"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

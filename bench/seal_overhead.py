@@ -3,7 +3,7 @@
     .venv/bin/python bench/seal_overhead.py [--events 400] [--kafka-bootstrap HOST:PORT]
 
 Each append is one ``InferenceRecorded`` of 2-20 KB (``bench/log_append.py``'s realistic
-bodies) through :class:`reef.eventstore.EventStore`, one at a time (the latency a proxied
+bodies) through :class:`reef.services.eventstore.EventStore`, one at a time (the latency a proxied
 request waits for), on the embedded log and on Kafka (own topic prefix). "plain" is a
 store without a key ring; "sealed" seals the bodies under a fresh AES-256-GCM data key
 and appends the key in the same batch (a row of the key table / a record on
@@ -25,14 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.log_append import make_events
+from reef.core.events import InferenceRecorded
+from reef.core.topics import KEYS, LOG_TOPICS, key_topic_configs
 from reef.crypto import new_data_key, open_keyring
 from reef.crypto.bodies import seal_exchange
-from reef.events import InferenceRecorded
-from reef.eventstore import EventStore
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog
-from reef.topics import KEYS, LOG_TOPICS, key_topic_configs
+from reef.services.eventstore import EventStore
 
 BLOCK = 20
 

@@ -100,7 +100,7 @@ from bench.chaos_support import (
     kafka_flags,
     no_progress_incidents,
 )
-from reef import topics
+from reef.core import topics
 from tests.support.load import LoadResult, SteadyLoad
 from tests.support.servers import ReefProcess, run_reef, start_reef, start_upstream
 

@@ -1,4 +1,4 @@
-"""Errors of recipes and trainers, under Reef's one tree (:mod:`reef.errors`).
+"""Errors of recipes and trainers, under Reef's one tree (:mod:`reef.core.errors`).
 
 ReefError
 ├── ConfigError
@@ -13,7 +13,7 @@ ReefError
 
 from __future__ import annotations
 
-from reef.errors import ConfigError, ReefError
+from reef.core.errors import ConfigError, ReefError
 
 
 class RecipeConfigError(ConfigError):

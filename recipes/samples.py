@@ -1,6 +1,6 @@
 """Training samples as recipes see them: a joined report with its trajectory, bodies resolved.
 
-A :class:`Sample` is built from a :class:`~reef.events.SampleJoined` event. Bodies that the
+A :class:`Sample` is built from a :class:`~reef.core.events.SampleJoined` event. Bodies that the
 API claim-checked arrive as ``{"claim": "sha256:<oid>"}``; :func:`sample_from_event`
 fetches them through the resolver it is given, so recipes only ever see JSON bodies.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reef.events import SampleJoined
-from reef.processors.conversation import answer_message, request_messages
+from reef.core.conversation import answer_message, request_messages
+from reef.core.events import SampleJoined
 
 #: fetches a claim-checked body (``sha256:<oid>``) as text
 ClaimResolver = Callable[[str], str]

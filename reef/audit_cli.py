@@ -11,13 +11,14 @@ from typing import Any
 
 import click
 
-from reef import audit, topics
 from reef.artifacts import ClaimCheck
-from reef.events import Event
-from reef.eventstore import readable_store
+from reef.core import topics
+from reef.core.events import Event
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.releases import ContentStore, open_store
+from reef.services import audit
+from reef.services.eventstore import readable_store
+from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
 
 

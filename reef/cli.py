@@ -8,9 +8,9 @@ import click
 
 from reef import __version__
 from reef.audit_cli import audit_group
+from reef.core.errors import ReefError
 from reef.demo import demo
 from reef.engine.cli import engine
-from reef.errors import ReefError
 from reef.export import export
 from reef.git_cli import git
 from reef.log.cli import log, topics

@@ -21,8 +21,8 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import validate
 
-from reef.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
-from reef.events import EVENT_TYPES, Event
+from reef.core.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
+from reef.core.events import EVENT_TYPES, Event
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_LEN: Final = 10

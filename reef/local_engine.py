@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import httpx
 
-from reef.errors import ConfigError
+from reef.core.errors import ConfigError
 
 READY_SECONDS = 180.0
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from reef.errors import ConfigError
+from reef.core.errors import ConfigError
 from reef.settings import LoadedSettings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])

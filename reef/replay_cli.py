@@ -11,7 +11,7 @@ import click
 
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.replay import live_digests, replay
+from reef.services.replay import live_digests, replay
 
 
 @click.command("replay")

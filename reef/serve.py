@@ -10,7 +10,7 @@ from typing import Any
 import click
 import uvicorn
 
-from reef.errors import ConfigError
+from reef.core.errors import ConfigError
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.settings import describe
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from reef.errors import ConfigError
+from reef.core.errors import ConfigError
 
 ENV_PREFIX = "REEF_"
 

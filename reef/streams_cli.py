@@ -24,7 +24,7 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
         config_file, **pop_log_flags(flags), streams_instance_id=instance_id
     ).settings
     if settings.log == "embedded":
-        from reef.processors.worker import run_embedded_processors
+        from reef.hosts.worker import run_embedded_processors
 
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_embedded_processors(settings))

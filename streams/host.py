@@ -65,13 +65,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from reef.codec import EventCodec
-from reef.errors import CodecError, CorruptRecordError
-from reef.events import Event
+from reef.core.errors import CodecError, CorruptRecordError
+from reef.core.events import Event
+from reef.core.state import Processor, WriteBuffer
+from reef.core.topics import STREAMS_APP_ID
 from reef.log.kafka import KafkaLog
-from reef.processors.catalog import processors as configured_processors
-from reef.processors.state import Processor, WriteBuffer
 from reef.settings import Settings
-from reef.topics import STREAMS_APP_ID
+from reef.wiring import processors as configured_processors
 from streams import watchdog
 from streams.store import Change, PartitionStore
 
@@ -174,7 +174,7 @@ class Pending:
 
 
 class StreamsHost:
-    """The exactly-once host of :mod:`reef.processors` on Kafka (see the module doc)."""
+    """The exactly-once host of the pure processors in :mod:`reef.core` on Kafka (see the module doc)."""
 
     def __init__(
         self,

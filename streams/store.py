@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
-from reef.processors.state_codec import dump_value, load_value
+from reef.hosts.state_codec import dump_value, load_value
 
 #: per store (one per processor and partition): memtables and block cache, so the memory
 #: a worker holds for its tables is bounded (RocksDB's defaults: 3 x 64 MB and 2 GB)
@@ -60,7 +60,7 @@ class Change:
 
 
 class PartitionStore:
-    """:class:`reef.processors.state.ReadableState` over one RocksDB, plus committed writes."""
+    """:class:`reef.core.state.ReadableState` over one RocksDB, plus committed writes."""
 
     def __init__(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)

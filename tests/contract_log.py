@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import pytest
 
-from reef.errors import UnknownTopicError
+from reef.core.errors import UnknownTopicError
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.log.partitioner import partition_for
 

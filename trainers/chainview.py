@@ -16,15 +16,15 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from reef import topics
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     Event,
     ReleaseCommitted,
     ReleaseProposed,
     ReleaseRejected,
     ScenarioCreated,
 )
-from reef.eventstore import EventStore, StoredEvent
+from reef.services.eventstore import EventStore, StoredEvent
 
 
 @dataclass(frozen=True, slots=True)

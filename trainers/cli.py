@@ -13,13 +13,13 @@ from typing import Any
 import click
 
 from reef.artifacts import ClaimCheck
+from reef.core.errors import ConfigError
+from reef.core.topics import LOG_TOPICS
 from reef.crypto import open_keyring
-from reef.errors import ConfigError
-from reef.eventstore import EventStore
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.releases import ContentStore, open_store
-from reef.topics import LOG_TOPICS
+from reef.services.eventstore import EventStore
+from reef.services.releases import ContentStore, open_store
 
 
 @click.command("trainer")

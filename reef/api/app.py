@@ -29,18 +29,18 @@ from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck
+from reef.core.topics import LOG_TOPICS
 from reef.crypto import open_keyring
 from reef.engine.engine_client import AsyncEngineClient
-from reef.eventstore import EventStore
+from reef.hosts.worker import processor_process
 from reef.local_engine import local_engine
 from reef.log import open_log, running
 from reef.log.embedded import EmbeddedLog
-from reef.processors.worker import processor_process
-from reef.projection import ProjectionFollower
-from reef.releases import ContentStore, open_store
+from reef.services.eventstore import EventStore
+from reef.services.projection import ProjectionFollower
+from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
-from reef.topics import LOG_TOPICS
 from trainers.runner import in_process_trainer
 
 logger = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from reef.errors import ConfigError, RequestError
+from reef.core.errors import ConfigError, RequestError
 from reef.settings import Settings
 
 Scope = Literal["inference", "report", "read", "admin"]

@@ -14,13 +14,13 @@ from fastapi import Request
 
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.upstream import Upstream
-from reef.errors import ReefError
-from reef.eventstore import EventStore
-from reef.processors.catalog import processors
-from reef.projection import ProjectionFollower
-from reef.releases import ContentStore
+from reef.core.errors import ReefError
+from reef.core.topics import STREAMS_APP_ID
+from reef.services.eventstore import EventStore
+from reef.services.projection import ProjectionFollower
+from reef.services.releases import ContentStore
 from reef.settings import Settings
-from reef.topics import STREAMS_APP_ID
+from reef.wiring import processors
 from trainers.consumer import Trainer
 
 logger = logging.getLogger(__name__)

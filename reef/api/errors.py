@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from reef.api.dialects import dialect_of_path, error_body
-from reef.errors import LogUnavailableError, ReefError, RequestError, UnknownTopicError
+from reef.core.errors import LogUnavailableError, ReefError, RequestError, UnknownTopicError
 
 logger = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from reef.api.dialects import (
 )
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.upstream import relayed_status
-from reef.errors import LogUnavailableError, RequestError
-from reef.events import InferenceRecorded, utc_now
-from reef.ids import new_receipt
-from reef.projection import ApiState
+from reef.core.errors import LogUnavailableError, RequestError
+from reef.core.events import InferenceRecorded, utc_now
+from reef.core.ids import new_receipt
+from reef.services.projection import ApiState
 
 router = APIRouter()
 

@@ -9,8 +9,8 @@ from typing import Any, Final
 
 from fastapi import Request
 
-from reef.errors import RequestError
-from reef.ids import valid_scenario
+from reef.core.errors import RequestError
+from reef.core.ids import valid_scenario
 
 TAG_PREFIX = "x-reef-tag-"
 

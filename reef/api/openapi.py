@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 
 from reef.artifacts.lfs import LFS_MEDIA_TYPE
 
-#: PROTOCOL.md "Common rules"; reef.ids.SCENARIO_NAME is the check
+#: PROTOCOL.md "Common rules"; reef.core.ids.SCENARIO_NAME is the check
 SCENARIO_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 REEF_ERROR: Final[dict[str, Any]] = {

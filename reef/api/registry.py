@@ -9,10 +9,10 @@ own append is applied, so it answers with the binding every replica agrees on.
 from __future__ import annotations
 
 from reef.api.context import AppContext
-from reef.errors import RequestError
-from reef.events import ScenarioCreated, utc_now
-from reef.ids import EMPTY_CONTENT_ID, derived_id, release_id
-from reef.projection import ScenarioView
+from reef.core.errors import RequestError
+from reef.core.events import ScenarioCreated, utc_now
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.services.projection import ScenarioView
 
 
 def find(ctx: AppContext, name: str) -> ScenarioView:

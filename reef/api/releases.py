@@ -20,9 +20,9 @@ from reef.api.context import AppContext, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body, scenario_header
 from reef.artifacts import ArtifactError, missing_objects
 from reef.artifacts.lfs import LFS_MEDIA_TYPE, href_for_store, lfs_batch_response
-from reef.errors import RequestError
-from reef.events import ReleaseProposed, utc_now
-from reef.projection import ReleaseView, ScenarioView
+from reef.core.errors import RequestError
+from reef.core.events import ReleaseProposed, utc_now
+from reef.services.projection import ReleaseView, ScenarioView
 
 router = APIRouter()
 

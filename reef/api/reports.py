@@ -15,9 +15,9 @@ from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
 from reef.api.inputs import parse_object, read_body, scenario_header
 from reef.api.ratelimit import ReportLimiter
-from reef.errors import RequestError
-from reef.events import ReportSubmitted, utc_now
-from reef.ids import content_hash, new_record_id
+from reef.core.errors import RequestError
+from reef.core.events import ReportSubmitted, utc_now
+from reef.core.ids import content_hash, new_record_id
 
 router = APIRouter()
 

@@ -8,15 +8,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from reef import topics
 from reef.api import openapi, registry
 from reef.api.auth import Principal
 from reef.api.context import authorised, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
-from reef.errors import RequestError
-from reef.events import InferenceRecorded, RecordErased, ReportSubmitted
-from reef.eventstore import StoredEvent
+from reef.core import topics
+from reef.core.errors import RequestError
+from reef.core.events import InferenceRecorded, RecordErased, ReportSubmitted
 from reef.log.partitioner import partition_for
+from reef.services.eventstore import StoredEvent
 
 router = APIRouter()
 

@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from reef.errors import RequestError
+from reef.core.errors import RequestError
 from reef.settings import Settings
 
 #: client headers relayed upstream; everything else (Authorization, x-api-key, cookies,

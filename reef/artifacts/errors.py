@@ -1,4 +1,4 @@
-"""Errors of the artifact layer (a subtree of :class:`reef.errors.ReefError`).
+"""Errors of the artifact layer (a subtree of :class:`reef.core.errors.ReefError`).
 
     ReefError
     └── ArtifactError               the artifact store or a manifest failed
@@ -13,7 +13,7 @@ once, with ``raise ... from exc``.
 
 from __future__ import annotations
 
-from reef.errors import ReefError
+from reef.core.errors import ReefError
 
 
 class ArtifactError(ReefError):

@@ -41,7 +41,7 @@ from reef.artifacts.errors import ArtifactError
 from reef.artifacts.lfs import LFS_MEDIA_TYPE, href_for_store, lfs_batch_response, lfs_pointer
 from reef.artifacts.manifest import Manifest, ManifestEntry
 from reef.artifacts.store import ArtifactStore
-from reef.ids import canonical_json
+from reef.core.ids import canonical_json
 
 __all__ = [
     "LFS_MEDIA_TYPE",

@@ -8,7 +8,7 @@ Batch API (git-lfs ``docs/api/batch.md``): the client POSTs ``<lfs.url>/objects/
 (so the route is ``/reef/lfs/{scenario}/objects/batch`` when ``lfs.url`` is
 ``…/reef/lfs/{scenario}``) with media type :data:`LFS_MEDIA_TYPE`.
 :func:`lfs_batch_response` builds the 200 body; refusals of the whole request are
-raised as :class:`reef.errors.RequestError`, which the endpoint renders as
+raised as :class:`reef.core.errors.RequestError`, which the endpoint renders as
 ``{"message": ...}`` with that status and :data:`LFS_MEDIA_TYPE`:
 
 * ``upload`` → 403 (``lfs_read_only``): the spec's "read, but not write access",
@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from reef.artifacts.errors import ArtifactNotFoundError
 from reef.artifacts.store import ArtifactStore, is_valid_oid
-from reef.errors import RequestError
+from reef.core.errors import RequestError
 
 LFS_MEDIA_TYPE: Final = "application/vnd.git-lfs+json"
 POINTER_VERSION: Final = "https://git-lfs.github.com/spec/v1"

@@ -1,9 +1,9 @@
 """A release's content: a manifest {path → oid, size, mode}, and moving trees in and out.
 
 The manifest's canonical JSON (sorted keys, no whitespace, UTF-8; see
-:func:`reef.ids.canonical_json`) is ``{"<path>": {"mode": "100644", "oid": "<sha256>",
+:func:`reef.core.ids.canonical_json`) is ``{"<path>": {"mode": "100644", "oid": "<sha256>",
 "size": <n>}, ...}``; its sha256 is the release's ``content_id`` (the empty manifest
-hashes to :data:`reef.ids.EMPTY_CONTENT_ID`).
+hashes to :data:`reef.core.ids.EMPTY_CONTENT_ID`).
 
 Paths are checked when a manifest is built, so an unsafe tree is refused at publish
 time and an unsafe manifest (from JSON) is refused before anything is written: see
@@ -29,7 +29,7 @@ from reef.artifacts.errors import (
     UnsafePathError,
 )
 from reef.artifacts.store import ArtifactStore, fsync_dir, is_valid_oid
-from reef.ids import canonical_json, content_hash
+from reef.core.ids import canonical_json, content_hash
 
 MODE_FILE: Final = "100644"
 MODE_EXECUTABLE: Final = "100755"

@@ -1,6 +1,6 @@
 """Sealing and opening the bodies of exchanges and of the samples that copy them (pure).
 
-An exchange (:class:`~reef.events.InferenceRecorded`) is sealed once, by the writer, under
+An exchange (:class:`~reef.core.events.InferenceRecorded`) is sealed once, by the writer, under
 a fresh data key: ``request_json``/``response_json`` become ``request_sealed``/
 ``response_sealed`` (bytes; the claim check may move them to the artifact store, where
 the object is then the sealed blob). The join copies the sealed blobs verbatim into the
@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from reef.core.events import InferenceRecorded
+from reef.core.sealed import is_sealed_copy
 from reef.crypto.seal import body_aad, open_sealed, seal
-from reef.events import InferenceRecorded
-from reef.sealed import is_sealed_copy
 
 REQUEST = "request"
 RESPONSE = "response"
@@ -97,7 +97,7 @@ def strip_exchange(event: InferenceRecorded) -> InferenceRecorded:
     )
 
 
-# -- copies inside trajectories (their pure form: reef.sealed) ---------------------------------
+# -- copies inside trajectories (their pure form: reef.core.sealed) -------------------------
 
 
 def trajectory_receipts(trajectory: list[Any]) -> list[str]:

@@ -25,10 +25,10 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from reef.errors import UnknownTopicError
+from reef.core.errors import UnknownTopicError
+from reef.core.topics import KEYS
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
-from reef.topics import KEYS
 
 logger = logging.getLogger(__name__)
 

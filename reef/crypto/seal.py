@@ -13,7 +13,7 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from reef.errors import ReefError
+from reef.core.errors import ReefError
 
 DATA_KEY_BYTES: Final = 32
 NONCE_BYTES: Final = 12

@@ -1,4 +1,4 @@
-"""Errors of the serving engine (a subtree of :class:`reef.errors.ReefError`).
+"""Errors of the serving engine (a subtree of :class:`reef.core.errors.ReefError`).
 
     ReefError
     └── EngineError                 the local engine, its control API or a client of it
@@ -15,7 +15,7 @@ shape instead of raising past its routes; clients raise these on transport error
 
 from __future__ import annotations
 
-from reef.errors import ReefError
+from reef.core.errors import ReefError
 
 
 class EngineError(ReefError):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from reef.core.topics import KEYS, key_topic_configs
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.settings import Settings
-from reef.topics import KEYS, key_topic_configs
 
 __all__ = ["EventLog", "LogRecord", "PendingAppend", "Position", "open_log", "running"]
 

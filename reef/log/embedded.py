@@ -18,7 +18,7 @@ acknowledged, which callers handle by retrying with the same event id (every rea
 de-duplicates by id). A failed COMMIT (disk full, I/O error) fails the whole group
 with :class:`LogUnavailableError` and writes nothing.
 
-Compacted topics (``reef.topics.COMPACTED_TOPICS``: the key topic) keep only the latest
+Compacted topics (``reef.core.topics.COMPACTED_TOPICS``: the key topic) keep only the latest
 value per key, in the ``compacted`` table: an append upserts the row, a tombstone
 (value None) DELETEs it. Every connection runs with ``secure_delete=ON``, so SQLite
 zeroes the bytes of deleted rows; :meth:`EmbeddedLog.scrub` then checkpoints and
@@ -38,10 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar
 
-from reef.errors import LogError, LogUnavailableError, UnknownTopicError
+from reef.core.errors import LogError, LogUnavailableError, UnknownTopicError
+from reef.core.topics import COMPACTED_TOPICS
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 from reef.log.partitioner import partition_for
-from reef.topics import COMPACTED_TOPICS
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS topics (

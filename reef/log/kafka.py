@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from aiokafka.structs import OffsetAndMetadata
 
-from reef.errors import LogUnavailableError, UnknownTopicError
+from reef.core.errors import LogUnavailableError, UnknownTopicError
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 
 _FETCH_TIMEOUT_MS: Final = 200

@@ -12,10 +12,10 @@ from typing import Any
 import click
 
 from reef.engine.engine_client import AsyncEngineClient
-from reef.eventstore import EventStore
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.releases import ContentStore, open_store
+from reef.services.eventstore import EventStore
+from reef.services.releases import ContentStore, open_store
 from reef.sidecar.runner import Sidecar, SidecarConfig
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from reef.events import Event, ReleaseCommitted, ScenarioCreated
+from reef.core.events import Event, ReleaseCommitted, ScenarioCreated
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,16 +33,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from reef import topics
 from reef.artifacts import materialise_cached
+from reef.core import topics
+from reef.core.errors import LogError, ReefError
+from reef.core.events import EngineLoaded, EngineLoadFailed, utc_now
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id
 from reef.engine.engine_client import AsyncEngineClient
-from reef.errors import LogError, ReefError
-from reef.events import EngineLoaded, EngineLoadFailed, utc_now
-from reef.eventstore import EventStore
-from reef.ids import EMPTY_CONTENT_ID, derived_id
 from reef.log.base import LogRecord
 from reef.log.partitioner import partition_for
-from reef.releases import ContentStore
+from reef.services.eventstore import EventStore
+from reef.services.releases import ContentStore
 from reef.sidecar.plan import HeadTracker, Wanted
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reef.errors import StackError
+from reef.core.errors import StackError
 
 __all__ = ["StackError"]  # re-exported: the stack's modules raise Reef's one StackError
 

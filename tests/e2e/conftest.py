@@ -27,10 +27,10 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.events import Event, InferenceRecorded
-from reef.eventstore import readable_store
+from reef.core.events import Event, InferenceRecorded
+from reef.core.topics import ALL_TOPICS, INFERENCE, REPORTS, SCENARIOS
 from reef.log.base import EventLog
-from reef.topics import ALL_TOPICS, INFERENCE, REPORTS, SCENARIOS
+from reef.services.eventstore import readable_store
 from tests.support.servers import (
     ReefProcess,
     UpstreamProcess,

@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 import pytest
 
+from reef.core.topics import LOG_TOPICS, RELEASES, SAMPLES
 from reef.log.kafka import delete_prefixed_topics
-from reef.topics import LOG_TOPICS, RELEASES, SAMPLES
 from tests.e2e.conftest import (
     Offsets,
     ReefFactory,

@@ -33,13 +33,13 @@ from typing import Any
 import httpx
 import pytest
 
-from reef import topics
+from reef.core import topics
+from reef.core.events import SampleJoined
 from reef.crypto import open_keyring
-from reef.events import SampleJoined
-from reef.eventstore import StoredEvent, readable_store
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
+from reef.services.eventstore import StoredEvent, readable_store
 from reef.stack import kafka as stack_kafka
 from reef.stack.paths import StackSettings
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
-from reef import topics
-from reef.events import EngineLoaded
+from reef.core import topics
+from reef.core.events import EngineLoaded
 from tests.e2e.conftest import unique_scenario
 from tests.e2e.test_learning import (
     TOKEN,

@@ -46,10 +46,10 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reef import topics
 from reef.artifacts import LocalArtifactStore
 from reef.codec import EventCodec
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     EngineLoaded,
     Event,
     ReleaseCommitted,
@@ -59,15 +59,15 @@ from reef.events import (
     SampleJoined,
     utc_now,
 )
-from reef.eventstore import EventStore, StoredEvent, readable_store
-from reef.ids import EMPTY_CONTENT_ID, new_receipt, release_id
+from reef.core.ids import EMPTY_CONTENT_ID, new_receipt, release_id
+from reef.core.join import JoinProcessor
+from reef.core.state import DictState
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
-from reef.processors.join import JoinProcessor
-from reef.processors.state import DictState
-from reef.releases import ContentStore
-from reef.replay import _all_records
+from reef.services.eventstore import EventStore, StoredEvent, readable_store
+from reef.services.releases import ContentStore
+from reef.services.replay import _all_records
 from streams.host import READY_LINE
 from tests.e2e.conftest import chat_body, unique_scenario
 from tests.support.servers import (
@@ -717,7 +717,7 @@ SAMPLE_COLUMNS = [
 
 
 def _expected_columns(topic: str) -> list[str]:
-    from reef.events import EVENT_TYPES
+    from reef.core.events import EVENT_TYPES
 
     names = list(ENVELOPE)
     for event_type in topics.TOPIC_EVENTS[topic]:
@@ -1014,8 +1014,8 @@ def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
 
 def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -> None:
     """The worker's group has committed every input record (its changelogs are complete)."""
-    from reef.processors.catalog import processors
     from reef.settings import Settings
+    from reef.wiring import processors
 
     group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
     inputs = {t for p in processors(Settings.model_validate({})) for t in p.inputs}

@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.events import ReleaseCommitted, ReportSubmitted, SampleJoined
-from reef.topics import RELEASES, REPORTS, SAMPLES
+from reef.core.events import ReleaseCommitted, ReportSubmitted, SampleJoined
+from reef.core.topics import RELEASES, REPORTS, SAMPLES
 from tests.e2e.conftest import (
     ReefServer,
     assert_reef_error,

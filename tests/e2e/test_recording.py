@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.events import InferenceRecorded
-from reef.topics import INFERENCE
+from reef.core.events import InferenceRecorded
+from reef.core.topics import INFERENCE
 from tests.e2e.conftest import (
     RECEIPT,
     ReefFactory,

@@ -35,7 +35,6 @@ from typing import Any
 import httpx
 import pytest
 
-from reef import topics
 from reef.artifacts import (
     ClaimCheck,
     LocalArtifactStore,
@@ -45,14 +44,15 @@ from reef.artifacts import (
     materialise,
 )
 from reef.codec import EventCodec
-from reef.events import InferenceRecorded, ReleaseProposed, utc_now
-from reef.eventstore import EventStore, readable_store
-from reef.ids import release_id as chain_release_id
+from reef.core import topics
+from reef.core.events import InferenceRecorded, ReleaseProposed, utc_now
+from reef.core.ids import release_id as chain_release_id
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.log.partitioner import partition_for
-from reef.releases import ContentStore, IncompleteContentError, open_store
+from reef.services.eventstore import EventStore, readable_store
+from reef.services.releases import ContentStore, IncompleteContentError, open_store
 from reef.settings import Settings
 from streams.host import READY_LINE
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.events import ReportRejected, SampleJoined
-from reef.ids import scenario_tag
-from reef.topics import SAMPLES
+from reef.core.events import ReportRejected, SampleJoined
+from reef.core.ids import scenario_tag
+from reef.core.topics import SAMPLES
 from tests.e2e.conftest import ReefServer, chat_body, unique_scenario
 
 

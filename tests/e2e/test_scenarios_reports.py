@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.events import ReportSubmitted, ScenarioCreated
-from reef.topics import REPORTS, SCENARIOS
+from reef.core.events import ReportSubmitted, ScenarioCreated
+from reef.core.topics import REPORTS, SCENARIOS
 from tests.e2e.conftest import (
     RECEIPT,
     ReefFactory,

@@ -18,8 +18,8 @@ import httpx
 import openai
 import pytest
 
-from reef.events import InferenceRecorded
-from reef.topics import INFERENCE
+from reef.core.events import InferenceRecorded
+from reef.core.topics import INFERENCE
 from tests.e2e.conftest import (
     RECEIPT,
     ReefFactory,

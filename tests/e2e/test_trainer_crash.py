@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from reef.events import Event, ReleaseCommitted, ReleaseRejected, SampleJoined
-from reef.eventstore import EventStore
-from reef.topics import RELEASES, SAMPLES
+from reef.core.events import Event, ReleaseCommitted, ReleaseRejected, SampleJoined
+from reef.core.topics import RELEASES, SAMPLES
+from reef.services.eventstore import EventStore
 from tests.e2e.conftest import unique_scenario
 from tests.support.learning import (
     LearningDeployment,

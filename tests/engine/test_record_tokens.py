@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 
-from reef.events import InferenceRecorded
-from reef.eventstore import readable_store
+from reef.core.events import InferenceRecorded
+from reef.core.topics import INFERENCE
 from reef.log.embedded import EmbeddedLog
-from reef.topics import INFERENCE
+from reef.services.eventstore import readable_store
 from tests.support.servers import running_reef
 
 

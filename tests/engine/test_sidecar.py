@@ -43,9 +43,9 @@ import httpx
 import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
-from reef import topics
 from reef.artifacts import LocalArtifactStore
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     EngineLoaded,
     EngineLoadFailed,
     Event,
@@ -55,10 +55,10 @@ from reef.events import (
     ReleaseRejected,
     utc_now,
 )
-from reef.eventstore import EventStore, readable_store
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
-from reef.releases import ContentStore
+from reef.services.eventstore import EventStore, readable_store
+from reef.services.releases import ContentStore
 from tests.engine.conftest import PROMPT
 from tests.support.servers import (
     HOST,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from reef import topics
+from reef.core import topics
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from streams.host import READY_LINE
 from tests.support.servers import (

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from reef import topics
+from reef.core import topics
 from reef.stack import kafka as stack_kafka
 from reef.stack import process as stack_process
 from reef.stack.paths import load_settings

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from reef import topics
-from reef.events import ReleaseCommitted, ReleaseProposed
+from reef.core import topics
+from reef.core.events import ReleaseCommitted, ReleaseProposed
 from reef.log.embedded import EmbeddedLog
-from reef.releases import ContentStore, open_store
+from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
 from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 from tests.support import consistency

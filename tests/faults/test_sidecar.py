@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reef import topics
-from reef.events import InferenceRecorded
+from reef.core import topics
+from reef.core.events import InferenceRecorded
 from reef.log.embedded import EmbeddedLog
 from tests.engine.test_sidecar import (
     TOKEN as SIDECAR_TOKEN,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reef import topics
-from reef.events import ReleaseCommitted, SampleJoined
+from reef.core import topics
+from reef.core.events import ReleaseCommitted, SampleJoined
 from reef.log.embedded import EmbeddedLog
 from tests.e2e.test_trainer_crash import RECIPE, wait_for_line
 from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env

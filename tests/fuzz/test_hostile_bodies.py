@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from reef.topics import INFERENCE, REPORTS, SCENARIOS
+from reef.core.topics import INFERENCE, REPORTS, SCENARIOS
 from tests.e2e.conftest import ReefServer, error_shape_for, unique_scenario
 from tests.fuzz.conftest import MAX_BODY, REQUEST_TIMEOUT_S
 
@@ -315,7 +315,7 @@ def bad_scenario(draw: st.DrawFn, paths: st.SearchStrategy[str] = routes) -> Hos
     # (the client refuses leading/trailing blanks; the server would strip them anyway)
     name = bytes(b for b in name if b in FIELD_BYTES).strip(b" \t")
     if name.strip() and name.strip() == name and name.isascii():
-        from reef.ids import valid_scenario
+        from reef.core.ids import valid_scenario
 
         if valid_scenario(name.decode()):
             name = b"-" + name

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reef.codec import EventCodec
-from reef.events import (
+from reef.core.events import (
     EVENT_TYPES,
     EngineLoaded,
     EngineLoadFailed,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reef.events import ScenarioCreated, utc_now
-from reef.eventstore import EventStore
+from reef.core.events import ScenarioCreated, utc_now
+from reef.core.topics import ALL_TOPICS, SCENARIOS
 from reef.log.kafka import KafkaLog
-from reef.topics import ALL_TOPICS, SCENARIOS
+from reef.services.eventstore import EventStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -37,7 +37,7 @@ from reef.artifacts.lfs import (
     lfs_batch_response,
     lfs_pointer,
 )
-from reef.errors import RequestError
+from reef.core.errors import RequestError
 from tests.contract_artifacts import fingerprint_tree
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from reef.errors import LogError
+from reef.core.errors import LogError
 from reef.log.base import Position
 from reef.log.kafka import KafkaLog
 from tests.contract_log import read_all

@@ -1,6 +1,6 @@
 """Kafka and the embedded log put the same scenario in the same partition, at the same offset.
 
-Events go through :class:`reef.eventstore.EventStore` (which keys them by scenario) to
+Events go through :class:`reef.services.eventstore.EventStore` (which keys them by scenario) to
 both logs. KafkaLog passes no partition, so aiokafka's default partitioner chooses on
 Kafka; the embedded log uses reef.log.partitioner. Each log is wrapped so the fixed
 ``reef.*`` topic names map to this test's own fresh topics.
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from reef.events import EngineLoadFailed, Event, InferenceRecorded, ReportRejected
-from reef.eventstore import EventStore
+from reef.core.events import EngineLoadFailed, Event, InferenceRecorded, ReportRejected
+from reef.core.topics import ALL_TOPICS
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog
 from reef.log.partitioner import partition_for
-from reef.topics import ALL_TOPICS
+from reef.services.eventstore import EventStore
 from tests.contract_log import read_all
 
 pytestmark = pytest.mark.kafka

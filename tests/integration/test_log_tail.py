@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from reef.codec import EVENT_TYPE_HEADER, FINGERPRINT_HEADER, HEADER_LEN, MAGIC
-from reef.events import InferenceRecorded
-from reef.eventstore import EventStore
+from reef.core.events import InferenceRecorded
+from reef.core.topics import ALL_TOPICS, INFERENCE
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog
-from reef.topics import ALL_TOPICS, INFERENCE
+from reef.services.eventstore import EventStore
 
 REEF = Path(sys.executable).with_name("reef")  # the console script of this environment
 

@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from reef import topics
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     Event,
     ReleaseCommitted,
     ReleaseProposed,
@@ -47,12 +47,12 @@ from reef.events import (
     ReportSubmitted,
     SampleJoined,
 )
-from reef.eventstore import EventStore
-from reef.ids import derived_id, release_id
+from reef.core.ids import derived_id, release_id
+from reef.core.topics import STREAMS_APP_ID as APP_ID
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
-from reef.replay import _changelog_table, replay, state_digest
+from reef.services.eventstore import EventStore
+from reef.services.replay import _changelog_table, replay, state_digest
 from reef.settings import Settings
-from reef.topics import STREAMS_APP_ID as APP_ID
 from streams.host import READY_LINE
 from tests.support.servers import ManagedProcess, clean_env, reef_executable, run_reef, spawn
 from tests.unit.test_chain_properties import created, proposal

@@ -41,11 +41,11 @@ from typing import Any
 import httpx
 import pytest
 
-from reef import topics
-from reef.events import Event, ReleaseCommitted, ReleaseProposed, ReleaseRejected, SampleJoined
-from reef.eventstore import EventStore
+from reef.core import topics
+from reef.core.events import Event, ReleaseCommitted, ReleaseProposed, ReleaseRejected, SampleJoined
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
+from reef.services.eventstore import EventStore
 from streams.host import READY_LINE
 from tests.support import consistency
 from tests.support.consumer_groups import GroupState, describe_group

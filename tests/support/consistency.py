@@ -9,9 +9,9 @@
 * no sample twice: no sample id twice, no receipt in two samples, no sample trained
   into two releases;
 * the release chain is valid and every sample's references are recorded exchanges
-  (:mod:`reef.audit`; artifacts too when a content store is given).
+  (:mod:`reef.services.audit`; artifacts too when a content store is given).
 
-The log is read with Reef's own :class:`~reef.eventstore.EventStore` (read_committed
+The log is read with Reef's own :class:`~reef.services.eventstore.EventStore` (read_committed
 on Kafka), restricted to the test's scenarios.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef import audit, topics
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     Event,
     InferenceRecorded,
     ReleaseCommitted,
@@ -33,9 +33,10 @@ from reef.events import (
     ReportSubmitted,
     SampleJoined,
 )
-from reef.eventstore import EventStore
 from reef.log.base import EventLog
-from reef.releases import ContentStore
+from reef.services import audit
+from reef.services.eventstore import EventStore
+from reef.services.releases import ContentStore
 from tests.support.load import LoadResult
 
 LogFactory = Callable[[], EventLog]

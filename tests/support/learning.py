@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
+from reef.core.topics import SAMPLES
 from reef.log.base import EventLog
 from reef.log.kafka import delete_prefixed_topics
-from reef.topics import SAMPLES
 from tests.support.servers import (
     ManagedProcess,
     ReefProcess,

@@ -15,7 +15,7 @@ from reef.artifacts import (
     UnsafePathError,
 )
 from reef.artifacts.manifest import validate_path
-from reef.ids import EMPTY_CONTENT_ID
+from reef.core.ids import EMPTY_CONTENT_ID
 from tests.contract_artifacts import ArtifactStoreContract, write_random_file
 
 

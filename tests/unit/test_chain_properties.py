@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from reef.events import (
+from reef.core.chain import ReleaseChainProcessor
+from reef.core.events import (
     Event,
     ReleaseCommitted,
     ReleaseProposed,
@@ -34,9 +35,8 @@ from reef.events import (
     ReportSubmitted,
     ScenarioCreated,
 )
-from reef.ids import EMPTY_CONTENT_ID, derived_id, release_id
-from reef.processors.chain import ReleaseChainProcessor
-from reef.processors.state import DictState, WriteBuffer
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.core.state import DictState, WriteBuffer
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIOS = ("alpha", "beta")

@@ -28,8 +28,8 @@ from reef.codec import (
     schema_dir,
     schema_fingerprint,
 )
-from reef.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
-from reef.events import EVENT_TYPES, Event, InferenceRecorded, ReportRejected, utc_now
+from reef.core.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
+from reef.core.events import EVENT_TYPES, Event, InferenceRecorded, ReportRejected, utc_now
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1

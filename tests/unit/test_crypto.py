@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from reef.core.events import InferenceRecorded, utc_now
+from reef.core.sealed import sealed_copy
 from reef.crypto import SealError, body_aad, new_data_key, open_sealed, seal
 from reef.crypto.bodies import (
     open_exchange,
@@ -17,8 +19,6 @@ from reef.crypto.bodies import (
     strip_exchange,
     trajectory_receipts,
 )
-from reef.events import InferenceRecorded, utc_now
-from reef.sealed import sealed_copy
 
 MARKER = "marker-6f1d2c-unique"
 

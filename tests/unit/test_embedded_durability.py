@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from reef.errors import EventValidationError
-from reef.events import ReportRejected, ScenarioCreated, utc_now
-from reef.eventstore import EventStore
+from reef.core.errors import EventValidationError
+from reef.core.events import ReportRejected, ScenarioCreated, utc_now
+from reef.core.topics import ALL_TOPICS, REPORTS, SAMPLES, SCENARIOS
 from reef.log.embedded import EmbeddedLog
-from reef.topics import ALL_TOPICS, REPORTS, SAMPLES, SCENARIOS
+from reef.services.eventstore import EventStore
 from tests.contract_log import read_all
 
 TOPIC = "durability"

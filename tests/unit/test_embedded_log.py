@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reef.errors import LogUnavailableError
+from reef.core.errors import LogUnavailableError
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
 from tests.contract_log import LogContract, read_all

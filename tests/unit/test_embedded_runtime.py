@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from reef import topics
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     Event,
     ReleaseCommitted,
     ReleaseProposed,
@@ -38,14 +38,14 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
-from reef.eventstore import EventStore
-from reef.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.core.state import DictState
+from reef.hosts.embedded import EmbeddedRuntime, _create_state_table
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime, _create_state_table
-from reef.processors.state import DictState
-from reef.replay import live_digests, replay, replay_processor, state_digest
+from reef.services.eventstore import EventStore
+from reef.services.replay import live_digests, replay, replay_processor, state_digest
 from reef.settings import Settings
+from reef.wiring import processors
 from tests.unit.test_join_properties import inference, receipt, report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -338,8 +338,8 @@ import asyncio, os, signal, sys, time
 from pathlib import Path
 
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime
+from reef.wiring import processors
+from reef.hosts.embedded import EmbeddedRuntime
 from reef.settings import Settings
 
 path, batch, delay, crash = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]

@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reef.crypto import new_data_key
-from reef.crypto.bodies import seal_exchange
-from reef.crypto.keyring import TableKeyRing
-from reef.events import (
+from reef.core.events import (
     Event,
     InferenceRecorded,
     RecordErased,
@@ -23,11 +20,14 @@ from reef.events import (
     SampleJoined,
     utc_now,
 )
-from reef.eventstore import EventStore
-from reef.ids import derived_id, new_receipt, new_record_id
-from reef.processors.join import JoinProcessor
-from reef.processors.state import DictState
-from reef.topics import INFERENCE, LOG_TOPICS, SAMPLES
+from reef.core.ids import derived_id, new_receipt, new_record_id
+from reef.core.join import JoinProcessor
+from reef.core.state import DictState
+from reef.core.topics import INFERENCE, LOG_TOPICS, SAMPLES
+from reef.crypto import new_data_key
+from reef.crypto.bodies import seal_exchange
+from reef.crypto.keyring import TableKeyRing
+from reef.services.eventstore import EventStore
 from tests.unit.test_trainer import FAKE, Harness, harness, running, until  # noqa: F401
 
 SCENARIO = "s"

@@ -4,8 +4,8 @@ hash, within reach of a brute force)."""
 
 from __future__ import annotations
 
-from reef.events import ReportRejected, SampleJoined
-from reef.ids import scenario_tag
+from reef.core.events import ReportRejected, SampleJoined
+from reef.core.ids import scenario_tag
 from tests.unit.test_join_properties import at, fresh, inference, only, receipt, report
 
 S = "alpha"

@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note
 from hypothesis import strategies as st
 
-from reef.events import Event, InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
-from reef.ids import content_hash, derived_id, scenario_tag
-from reef.processors.join import JoinProcessor, JoinSettings
-from reef.processors.state import DictState, WriteBuffer
+from reef.core.events import Event, InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
+from reef.core.ids import content_hash, derived_id, scenario_tag
+from reef.core.join import JoinProcessor, JoinSettings
+from reef.core.state import DictState, WriteBuffer
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIOS = ("alpha", "beta", "gamma")

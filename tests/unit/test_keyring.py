@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from reef.core.errors import LogError
+from reef.core.topics import INFERENCE, KEYS, LOG_TOPICS, key_topic_configs
 from reef.crypto import key_record, new_data_key, open_keyring, tombstone_record
 from reef.crypto.keyring import FollowingKeyRing, TableKeyRing
-from reef.errors import LogError
 from reef.log.base import PendingAppend
 from reef.log.embedded import EmbeddedLog, connect
 from reef.log.kafka import KafkaLog
-from reef.topics import INFERENCE, KEYS, LOG_TOPICS, key_topic_configs
 
 
 async def test_table_key_ring_deletes_and_zeroes_the_key(tmp_path: Path) -> None:

@@ -18,11 +18,11 @@ from recipes.errors import RecipeConfigError
 from recipes.registry import build_recipe
 from recipes.samples import Sample, sample_from_event
 from reef.api.ratelimit import SWEEP_AT, Rate, ReportLimiter, TokenBuckets, limiter_from
-from reef.errors import ConfigError
-from reef.events import InferenceRecorded, ReportSubmitted, SampleJoined
-from reef.ids import content_hash, scenario_tag
-from reef.processors.join import JoinProcessor
-from reef.processors.state import DictState
+from reef.core.errors import ConfigError
+from reef.core.events import InferenceRecorded, ReportSubmitted, SampleJoined
+from reef.core.ids import content_hash, scenario_tag
+from reef.core.join import JoinProcessor
+from reef.core.state import DictState
 from reef.settings import load_settings
 from trainers.batcher import Batcher
 

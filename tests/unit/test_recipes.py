@@ -15,7 +15,7 @@ from recipes.registry import build_recipe, recipe_from_settings
 from recipes.samples import Sample, Turn
 from recipes.sft import SftRecipe
 from recipes.tasks import exact
-from reef.errors import ConfigError, ReefError
+from reef.core.errors import ConfigError, ReefError
 from reef.settings import Settings
 
 TASKS = {"tasks": [{"prompt": "Return exactly: cat", "answer": "cat"}]}
@@ -198,8 +198,8 @@ def test_the_example_deployment_parses() -> None:
 
 def test_claim_checked_bodies_are_resolved_for_recipes() -> None:
     from recipes.samples import sample_from_event
-    from reef.events import SampleJoined
-    from reef.events import utc_now as now
+    from reef.core.events import SampleJoined
+    from reef.core.events import utc_now as now
 
     request = {"messages": [{"role": "user", "content": "long prompt"}]}
     bodies = {"sha256:" + "a" * 64: json.dumps(request)}

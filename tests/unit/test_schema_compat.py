@@ -36,7 +36,7 @@ from reef.codec import (
     schema_dir,
     schema_fingerprint,
 )
-from reef.events import EVENT_TYPES
+from reef.core.events import EVENT_TYPES
 from tests.golden.generate import golden_events, golden_path
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from reef import topics
-from reef.eventstore import EventStore
+from reef.core import topics
+from reef.hosts.embedded import EmbeddedRuntime, _create_state_table
+from reef.hosts.sqlite_state import SqliteState
 from reef.log.embedded import EmbeddedLog, connect
-from reef.processors.embedded import EmbeddedRuntime, _create_state_table
-from reef.processors.sqlite_state import SqliteState
+from reef.services.eventstore import EventStore
 from tests.unit.test_embedded_runtime import (
     check_consistent,
     check_fates,

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from recipes.registry import build_recipe
-from reef import topics
 from reef.artifacts import LocalArtifactStore
-from reef.events import (
+from reef.core import topics
+from reef.core.chain import ReleaseChainProcessor
+from reef.core.events import (
     Event,
     ReleaseCommitted,
     ReleaseProposed,
@@ -27,12 +28,11 @@ from reef.events import (
     ScenarioCreated,
     utc_now,
 )
-from reef.eventstore import EventStore
-from reef.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_id
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_id
+from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
-from reef.processors.chain import ReleaseChainProcessor
-from reef.processors.embedded import EmbeddedRuntime
-from reef.releases import ContentStore
+from reef.services.eventstore import EventStore
+from reef.services.releases import ContentStore
 from trainers.consumer import Trainer, TrainerConfig
 
 FAKE = "tests.support.fake_recipe:FakeRecipe"

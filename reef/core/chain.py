@@ -10,10 +10,16 @@ Samples consumed by a committed release can never be consumed by another.
 
 from __future__ import annotations
 
-from reef import topics
-from reef.events import Event, ReleaseCommitted, ReleaseProposed, ReleaseRejected, ScenarioCreated
-from reef.ids import EMPTY_CONTENT_ID, derived_id, release_id
-from reef.processors.state import KeyValueState
+from reef.core import topics
+from reef.core.events import (
+    Event,
+    ReleaseCommitted,
+    ReleaseProposed,
+    ReleaseRejected,
+    ScenarioCreated,
+)
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.core.state import KeyValueState
 
 PRODUCER = "reef-chain"
 OPERATIONS = ("training", "rollback", "promote")

@@ -20,6 +20,10 @@ from dataclasses import dataclass, replace
 from reef.artifacts.claimcheck import ClaimCheck
 from reef.artifacts.errors import ArtifactError
 from reef.codec import EventCodec
+from reef.core.errors import CodecError, LogUnavailableError, ReefError
+from reef.core.events import Event, InferenceRecorded, RecordErased, SampleJoined, utc_now
+from reef.core.ids import derived_id
+from reef.core.topics import topic_for
 from reef.crypto.bodies import (
     open_exchange,
     open_trajectory,
@@ -29,12 +33,8 @@ from reef.crypto.bodies import (
 )
 from reef.crypto.keyring import KeyRing, key_record, open_keyring, tombstone_record
 from reef.crypto.seal import new_data_key
-from reef.errors import CodecError, LogUnavailableError, ReefError
-from reef.events import Event, InferenceRecorded, RecordErased, SampleJoined, utc_now
-from reef.ids import derived_id
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.log.embedded import EmbeddedLog
-from reef.topics import topic_for
 
 
 @dataclass(frozen=True, slots=True)

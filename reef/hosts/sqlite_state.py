@@ -5,8 +5,8 @@ cache of decoded values (absent keys included, so the join's many look-ups of ke
 written yet cost one query each, once). The cache is weighed by the JSON size of each
 value; a value larger than the whole budget is never cached.
 
-This class only reads. The host (:mod:`reef.processors.embedded`) buffers a batch's
-writes in a :class:`reef.processors.state.WriteBuffer`, stores them in the transaction
+This class only reads. The host (:mod:`reef.hosts.embedded`) buffers a batch's
+writes in a :class:`reef.core.state.WriteBuffer`, stores them in the transaction
 that also appends the outputs and the input positions, and only after that COMMIT calls
 :meth:`SqliteState.committed`, so the cache never holds a value the table does not.
 The cache assumes that its runtime is the only writer of its processor's rows (one
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from reef.processors.state_codec import load_value
+from reef.hosts.state_codec import load_value
 
 #: default cache budget, in bytes of JSON text (decoded objects take a few times more)
 DEFAULT_CACHE_BYTES: Final = 8 * 1024 * 1024
@@ -39,7 +39,7 @@ _ABSENT: Final = _Absent()
 
 
 class SqliteState:
-    """:class:`reef.processors.state.ReadableState` over one processor's table rows."""
+    """:class:`reef.core.state.ReadableState` over one processor's table rows."""
 
     def __init__(
         self, path: Path, processor: str, *, cache_bytes: int = DEFAULT_CACHE_BYTES

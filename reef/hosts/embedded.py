@@ -6,7 +6,7 @@ Commit protocol (per batch of input records, written down once here):
    positions stored under the consumer group ``processor:<name>``; order them by
    (partition, append time, topic, offset) so replay sees the same interleaving.
 2. Run the pure step over each record against a write buffer over the stored state
-   (:class:`reef.processors.sqlite_state.SqliteState`: the ``processor_state`` rows,
+   (:class:`reef.hosts.sqlite_state.SqliteState`: the ``processor_state`` rows,
    read on demand through a bounded cache, so memory does not grow with the state).
 3. In ONE SQLite transaction (:meth:`EmbeddedLog.transact`): upsert/delete the changed
    state keys, append the output events, store the next input positions.
@@ -27,13 +27,13 @@ import logging
 import sqlite3
 from collections.abc import Sequence
 
-from reef.errors import LogUnavailableError
-from reef.eventstore import EventStore
+from reef.core.errors import LogUnavailableError
+from reef.core.state import Processor, WriteBuffer
+from reef.hosts.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
+from reef.hosts.state_codec import dump_value
 from reef.log.base import LogRecord
 from reef.log.embedded import EmbeddedLog
-from reef.processors.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
-from reef.processors.state import Processor, WriteBuffer
-from reef.processors.state_codec import dump_value
+from reef.services.eventstore import EventStore
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from reef.artifacts import (
     publish_files,
 )
 from reef.artifacts.s3 import S3ArtifactStore
-from reef.ids import EMPTY_CONTENT_ID
+from reef.core.ids import EMPTY_CONTENT_ID
 from reef.settings import Settings
 
 
@@ -27,7 +27,7 @@ def open_store(settings: Settings) -> ArtifactStore:
     """The artifact store the settings name."""
     if settings.artifacts == "s3":
         if settings.s3_access_key is None or settings.s3_secret_key is None:
-            from reef.errors import ConfigError
+            from reef.core.errors import ConfigError
 
             raise ConfigError("artifacts: s3 needs REEF_S3_ACCESS_KEY and REEF_S3_SECRET_KEY")
         return S3ArtifactStore(

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reef import topics
-from reef.events import (
+from reef.core import conversation, topics
+from reef.core.events import (
     Event,
     InferenceRecorded,
     RecordErased,
@@ -41,10 +41,9 @@ from reef.events import (
     ReportSubmitted,
     SampleJoined,
 )
-from reef.ids import derived_id, scenario_tag
-from reef.processors import conversation
-from reef.processors.state import KeyValueState
-from reef.sealed import sealed_copy
+from reef.core.ids import derived_id, scenario_tag
+from reef.core.sealed import sealed_copy
+from reef.core.state import KeyValueState
 
 PRODUCER = "reef-join"
 

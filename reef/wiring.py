@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reef.processors.chain import ReleaseChainProcessor
-from reef.processors.join import JoinProcessor, JoinSettings
-from reef.processors.state import Processor
+from reef.core.chain import ReleaseChainProcessor
+from reef.core.join import JoinProcessor, JoinSettings
+from reef.core.state import Processor
 from reef.settings import Settings
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from reef.events import Event
+from reef.core.events import Event
 
 
 class ReadableState(Protocol):

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reef import topics
-from reef.events import (
+from reef.core import topics
+from reef.core.events import (
     EngineLoaded,
     EngineLoadFailed,
     Event,
@@ -29,9 +29,9 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
-from reef.eventstore import EventStore, StoredEvent
-from reef.ids import EMPTY_CONTENT_ID, content_hash
+from reef.core.ids import EMPTY_CONTENT_ID, content_hash
 from reef.log.base import Position
+from reef.services.eventstore import EventStore, StoredEvent
 
 logger = logging.getLogger(__name__)
 

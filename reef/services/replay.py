@@ -15,15 +15,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from reef.eventstore import EventStore
-from reef.ids import content_hash
+from reef.core.ids import content_hash
+from reef.core.state import DictState, Processor
+from reef.core.topics import STREAMS_APP_ID
 from reef.log.base import EventLog, LogRecord
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.state import DictState, Processor
-from reef.projection import FOLLOWED_TOPICS, ApiState
+from reef.services.eventstore import EventStore
+from reef.services.projection import FOLLOWED_TOPICS, ApiState
 from reef.settings import Settings
-from reef.topics import STREAMS_APP_ID
+from reef.wiring import processors
 
 
 @dataclass(frozen=True, slots=True)

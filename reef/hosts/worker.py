@@ -3,7 +3,7 @@
 On the embedded log the join and the release chain run in a child process of
 ``reef serve`` (``reef streams --log embedded``), so their work never shares the API's
 interpreter lock: a request's added latency is the API's own. They still commit state,
-outputs and positions in one SQLite transaction (see ``reef.processors.embedded``), and
+outputs and positions in one SQLite transaction (see ``reef.hosts.embedded``), and
 the child polls for appends made by the API process.
 """
 
@@ -20,10 +20,10 @@ from typing import BinaryIO
 
 from pydantic import SecretStr
 
+from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
-from reef.processors.catalog import processors
-from reef.processors.embedded import EmbeddedRuntime
 from reef.settings import ENV_PREFIX, Settings
+from reef.wiring import processors
 
 #: how often the child looks for appends made by other processes
 POLL_SECONDS = 0.02

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from reef.artifacts import ArtifactError
-from reef.events import (
+from reef.core.events import (
     EngineLoaded,
     Event,
     InferenceRecorded,
@@ -25,8 +25,8 @@ from reef.events import (
     SampleJoined,
     ScenarioCreated,
 )
-from reef.ids import EMPTY_CONTENT_ID, release_id
-from reef.releases import ContentStore
+from reef.core.ids import EMPTY_CONTENT_ID, release_id
+from reef.services.releases import ContentStore
 
 
 @dataclass(slots=True)

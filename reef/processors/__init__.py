@@ -1,1 +1,0 @@
-"""Stream processors: deterministic (state, event) → outputs, hosted on Kafka or embedded."""

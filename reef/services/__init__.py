@@ -1,0 +1,1 @@
+"""Services over the ports: the event store, projection, releases, replay, audit."""
