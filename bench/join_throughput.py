@@ -73,6 +73,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from reef.catalog import processors
 from reef.codec import EVENT_TYPE_HEADER, EventCodec
 from reef.core import topics
 from reef.core.events import Event, InferenceRecorded, ReportSubmitted
@@ -85,7 +86,6 @@ from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.services.replay import replay
 from reef.settings import Settings
-from reef.wiring import processors
 from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE, changelog_topic
 
 PARTITIONS = 6
@@ -303,7 +303,7 @@ def outcome_note(kinds: Counter[str]) -> str:
 async def bench_replay(bench: Bench, name: str, settings: Settings, log: EventLog) -> None:
     began = time.perf_counter()
     cpu = time.process_time()
-    result = await replay(settings, log)
+    result = await replay(processors(settings), log)
     seconds = time.perf_counter() - began
     cpu = time.process_time() - cpu
     bench.add(

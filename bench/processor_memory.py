@@ -77,7 +77,7 @@ import psutil
 
 from reef.core import topics
 from reef.log.embedded import EmbeddedLog
-from reef.wiring import processors
+from reef.catalog import processors
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.settings import Settings
 

@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.log_append import make_events
 from reef.core.events import InferenceRecorded
 from reef.core.topics import KEYS, LOG_TOPICS, key_topic_configs
-from reef.crypto import new_data_key, open_keyring
+from reef.crypto import new_data_key
 from reef.crypto.bodies import seal_exchange
+from reef.crypto.rings import open_keyring
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog

@@ -11,15 +11,15 @@ from typing import Any
 
 import click
 
-from reef.artifacts import ClaimCheck
+from reef.artifacts import ClaimCheck, open_store
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import Event
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.services import audit
-from reef.services.eventstore import readable_store
-from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
+from reef.wiring import readable_store
 
 
 async def _events(settings: Settings, topic_names: tuple[str, ...]) -> list[Event]:

@@ -20,14 +20,13 @@ from typing import Any
 
 import click
 
-from reef.artifacts import ClaimCheck
+from reef.artifacts import ClaimCheck, open_store
 from reef.core.events import EVENT_TYPES, InferenceRecorded, SampleJoined
 from reef.core.topics import ALL_TOPICS, TOPIC_EVENTS
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.services.eventstore import readable_store
-from reef.services.releases import open_store
 from reef.settings import Settings
+from reef.wiring import readable_store
 
 
 def columns(topic: str) -> list[str]:

@@ -8,12 +8,13 @@ from typing import Any
 
 import click
 
+from reef.artifacts import open_store
+from reef.artifacts.content import ContentStore
 from reef.artifacts.gitview import GitRelease, export_git
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.services.eventstore import EventStore
 from reef.services.projection import FOLLOWED_TOPICS, ApiState
-from reef.services.releases import ContentStore, open_store
 
 
 @click.group("git")

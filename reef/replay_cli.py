@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 
+from reef.catalog import processors
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.services.replay import live_digests, replay
+from reef.wiring import durable_tables
 
 
 @click.command("replay")
@@ -23,10 +25,12 @@ def replay_command(config_file: Path | None, compare_live: bool, **flags: Any) -
 
     async def run() -> dict[str, Any]:
         async with running(open_log(settings, client_id="reef-replay")) as log:
-            result = await replay(settings, log)
+            result = await replay(processors(settings), log)
             out: dict[str, Any] = {"events": result.events, "replayed": result.digests()}
             if compare_live:
-                live = await live_digests(settings, log)
+                live = await live_digests(
+                    processors(settings), log, durable_tables(settings)
+                )
                 out["live"] = live
                 out["equal"] = all(out["replayed"][name] == digest for name, digest in live.items())
             return out

@@ -45,7 +45,7 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from reef.api.app import create_app
+    from reef.wiring import create_app
 
     try:
         app = create_app(settings)

@@ -1,22 +1,179 @@
-"""The processors a deployment runs, configured from settings."""
+"""The one place that assembles the system from settings.
+
+Everything else receives what it uses: the API gets a running
+:class:`~reef.api.context.AppContext`, replay gets the processors and the host's durable
+tables, tools get a store that opens sealed content. Only this module and the command
+modules (``reef/cli``) choose adapters, import ``trainers``, ``recipes.registry`` or
+``streams`` (``tests/architecture/test_layers.py`` holds them to it).
+
+Start order of ``reef serve`` (:func:`serving_context`): open the log and ensure topics ->
+publish the seed folder -> start the key ring -> replay the projection to the log's end
+-> on the embedded log, start the processors in a child process -> with no upstream, start
+the local engine (and its sidecar when ``engine_scenario`` is set) -> on the embedded
+log, start the recipe's trainer in this process -> open the upstream client -> serve.
+Shutdown runs the same steps in reverse, after in-flight background records (diagnostic
+stream records) are flushed.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+import contextlib
+import functools
+import os
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
 
-from reef.core.chain import ReleaseChainProcessor
-from reef.core.join import JoinProcessor, JoinSettings
-from reef.core.state import Processor
+from fastapi import FastAPI
+
+from recipes.base import Recipe
+from recipes.registry import recipe_from_settings
+from reef.api.app import build_app
+from reef.api.auth import TokenRegistry, registry_from
+from reef.api.context import AppContext
+from reef.api.upstream import Upstream
+from reef.artifacts import ClaimCheck, open_store
+from reef.artifacts.content import ContentStore
+from reef.catalog import processors
+from reef.core.topics import LOG_TOPICS
+from reef.crypto.rings import open_keyring
+from reef.engine.engine_client import AsyncEngineClient
+from reef.hosts import embedded as embedded_host
+from reef.hosts.worker import processor_process
+from reef.local_engine import local_engine
+from reef.log import open_log, running
+from reef.log.base import EventLog
+from reef.services.eventstore import EventStore
+from reef.services.projection import ProjectionFollower
+from reef.services.replay import DurableTables
 from reef.settings import Settings
+from reef.sidecar.runner import Sidecar, SidecarConfig
+from streams import changelog
+from trainers.runner import in_process_trainer
 
 
-def join_settings(settings: Settings) -> JoinSettings:
-    return JoinSettings(
-        park_timeout=timedelta(seconds=settings.join_park_timeout_s),
-        max_parked=settings.join_max_parked,
-        merge_sessions=settings.merge_sessions,
+def create_app(settings: Settings) -> FastAPI:
+    """The app ``reef serve`` runs; configuration errors (e.g. no token) raise here."""
+    tokens = registry_from(settings)
+    # the embedded log runs the recipe's trainer in this process: a recipe configuration it
+    # cannot read stops the server here, before it serves
+    recipe = recipe_from_settings(settings) if settings.log == "embedded" else None
+    producer = producer_name(settings)
+    return build_app(
+        settings, functools.partial(serving_context, settings, producer, tokens, recipe)
     )
 
 
-def processors(settings: Settings) -> list[Processor]:
-    return [JoinProcessor(join_settings(settings)), ReleaseChainProcessor()]
+def producer_name(settings: Settings) -> str:
+    return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@contextlib.asynccontextmanager
+async def serving_context(
+    settings: Settings, producer: str, tokens: TokenRegistry | None, recipe: Recipe[Any] | None
+) -> AsyncIterator[AppContext]:
+    """Every resource the API serves with, running (see the module doc for the order)."""
+    embedded = settings.log == "embedded"
+    async with contextlib.AsyncExitStack() as stack:
+        log = open_log(settings, client_id=f"reef-api-{producer}")
+        await stack.enter_async_context(running(log))
+        await log.ensure_topics(list(LOG_TOPICS))
+        artifacts = open_store(settings)
+        content = ContentStore(artifacts)
+        seed = await _publish_seed(settings, content)
+        # exchanges are sealed under per-record data keys (erasure destroys the key)
+        keys = open_keyring(log)
+        await keys.start()
+        stack.push_async_callback(keys.close)
+        store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes), keys=keys)
+        projection = ProjectionFollower(store)
+        await projection.start()
+        stack.push_async_callback(projection.close)
+        if embedded:
+            # processors see claim-checked bodies as references (as on Kafka and in
+            # replay); they run in a child process so the API keeps its own core
+            await stack.enter_async_context(processor_process(settings))
+        serving = settings
+        if settings.upstream_url is None:
+            engine_url = await stack.enter_async_context(
+                local_engine(settings.engine_model, settings.state_dir / "logs")
+            )
+            serving = settings.model_copy(
+                update={"upstream_url": f"{engine_url}/v1", "upstream_dialect": "openai"}
+            )
+            if settings.engine_scenario:
+                await stack.enter_async_context(
+                    _sidecar(settings, store, content, engine_url, producer)
+                )
+        trainer = None
+        if embedded:
+            trainer = await stack.enter_async_context(
+                in_process_trainer(settings, store, content, producer, recipe=recipe)
+            )
+        upstream = Upstream(serving)
+        stack.push_async_callback(upstream.aclose)
+        ctx = AppContext(
+            serving,
+            producer,
+            store,
+            projection,
+            upstream,
+            tokens,
+            content=content,
+            processors=processors(settings),
+            seed_content_id=seed,
+            trainer=trainer,
+        )
+        stack.push_async_callback(ctx.drain)
+        yield ctx
+
+
+async def _publish_seed(settings: Settings, content: ContentStore) -> str | None:
+    """The seed folder new scenarios start from, published once (idempotent)."""
+    if settings.seed_dir is None:
+        return None
+    return await asyncio.to_thread(content.publish_dir, settings.seed_dir)
+
+
+@contextlib.asynccontextmanager
+async def _sidecar(
+    settings: Settings, store: EventStore, content: ContentStore, engine_url: str, producer: str
+) -> AsyncIterator[None]:
+    """The local engine's sidecar, in-process: it hot-loads ``engine_scenario``'s releases."""
+    assert settings.engine_scenario is not None
+    config = SidecarConfig(
+        engine_id="local",
+        scenario=settings.engine_scenario,
+        cache_dir=settings.state_dir / "engine-cache",
+        producer=producer,
+    )
+    engine = AsyncEngineClient(engine_url)
+    task = asyncio.create_task(Sidecar(config, store, content, engine).run(), name="sidecar")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await engine.aclose()
+
+
+@contextlib.asynccontextmanager
+async def readable_store(
+    log: EventLog, claims: ClaimCheck | None = None
+) -> AsyncIterator[EventStore]:
+    """A store whose reads open sealed content, with its key ring running (tools, CLIs)."""
+    keys = open_keyring(log)
+    await keys.start()
+    try:
+        yield EventStore(log, claims=claims, keys=keys)
+    finally:
+        await keys.close()
+
+
+def durable_tables(settings: Settings) -> DurableTables:
+    """How the deployment's processor host reads back the state it holds durably."""
+    if settings.log == "embedded":
+        return embedded_host.durable_tables
+    return changelog.durable_tables

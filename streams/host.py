@@ -64,6 +64,7 @@ from typing import Any, Final, NoReturn
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+from reef.catalog import processors as configured_processors
 from reef.codec import EventCodec
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
@@ -71,8 +72,8 @@ from reef.core.state import Processor, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID
 from reef.log.kafka import KafkaLog
 from reef.settings import Settings
-from reef.wiring import processors as configured_processors
 from streams import watchdog
+from streams.changelog import changelog_topic
 from streams.store import Change, PartitionStore
 
 logger = logging.getLogger(__name__)
@@ -116,10 +117,6 @@ def die(reason: str, exc: BaseException | None = None) -> NoReturn:
 
 def group_id(settings: Settings) -> str:
     return settings.kafka_topic_prefix + STREAMS_APP_ID
-
-
-def changelog_topic(group: str, processor: str) -> str:
-    return f"{group}-{processor}-state-changelog"
 
 
 def changelog_topics(settings: Settings) -> list[str]:
@@ -174,7 +171,7 @@ class Pending:
 
 
 class StreamsHost:
-    """The exactly-once host of the pure processors in :mod:`reef.core` on Kafka (see the module doc)."""
+    """Hosts the pure processors of :mod:`reef.core` on Kafka (see the module doc)."""
 
     def __init__(
         self,

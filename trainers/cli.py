@@ -12,14 +12,14 @@ from typing import Any
 
 import click
 
-from reef.artifacts import ClaimCheck
+from reef.artifacts import ClaimCheck, open_store
+from reef.artifacts.content import ContentStore
 from reef.core.errors import ConfigError
 from reef.core.topics import LOG_TOPICS
-from reef.crypto import open_keyring
+from reef.crypto.rings import open_keyring
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore, open_store
 
 
 @click.command("trainer")

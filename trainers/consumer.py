@@ -48,13 +48,13 @@ from recipes.base import Batch, Evaluation, MissingGroupKeyError, Parent, Recipe
 from recipes.errors import RecipeError
 from recipes.samples import ClaimResolver, Sample, sample_from_event
 from reef.artifacts import materialise_cached
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.errors import ReefError
 from reef.core.events import ReleaseProposed, SampleJoined, utc_now
 from reef.core.ids import EMPTY_CONTENT_ID, canonical_json, derived_id
 from reef.log.base import LogRecord
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore
 from trainers.batcher import Batcher
 from trainers.chainview import ChainDecision, ChainFollower
 from trainers.heap import release_freed_memory

@@ -21,9 +21,9 @@ from typing import Any
 
 from recipes.base import Recipe
 from recipes.registry import recipe_from_settings
-from reef.artifacts import ClaimCheck
+from reef.artifacts import ClaimCheck, open_store
+from reef.artifacts.content import ContentStore
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
 from trainers.consumer import Trainer, TrainerConfig
 

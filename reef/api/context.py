@@ -6,24 +6,29 @@ import asyncio
 import base64
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
 
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.upstream import Upstream
+from reef.artifacts.content import ContentStore
 from reef.core.errors import ReefError
+from reef.core.state import Processor
 from reef.core.topics import STREAMS_APP_ID
 from reef.services.eventstore import EventStore
 from reef.services.projection import ProjectionFollower
-from reef.services.releases import ContentStore
 from reef.settings import Settings
-from reef.wiring import processors
-from trainers.consumer import Trainer
 
 logger = logging.getLogger(__name__)
+
+
+class TrainerStatus(Protocol):
+    """What the API shows of a trainer running in its process (``GET /reef/status``)."""
+
+    def status(self) -> dict[str, Any]: ...
 
 
 @dataclass(slots=True)
@@ -35,12 +40,14 @@ class AppContext:
     upstream: Upstream
     tokens: TokenRegistry | None
     content: ContentStore
+    #: the processors the deployment runs (their lag is shown in metrics)
+    processors: Sequence[Processor] = ()
     seed_content_id: str | None = None
     #: input records each processor has not processed yet, per topic (refreshed in the
     #: background from the processors' committed offsets: they may run in other processes)
     processor_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the recipe's trainer when it runs inside this process (embedded default)
-    trainer: Trainer | None = None
+    trainer: TrainerStatus | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:
@@ -80,7 +87,7 @@ def processor_group(settings: Settings, name: str) -> str:
 async def processor_lag(ctx: AppContext) -> dict[str, dict[str, int]]:
     log = ctx.store.log
     out: dict[str, dict[str, int]] = {}
-    for processor in processors(ctx.settings):
+    for processor in ctx.processors:
         group = processor_group(ctx.settings, processor.name)
         lag: dict[str, int] = {}
         for topic in processor.inputs:

@@ -2,8 +2,8 @@
 
 The port is :class:`ArtifactStore` with two adapters, :class:`LocalArtifactStore`
 (a directory, embedded mode) and :class:`S3ArtifactStore` (any S3-compatible
-bucket). Everything is synchronous and blocking; async callers use
-``asyncio.to_thread``.
+bucket), chosen by :func:`open_store` from settings. Everything is synchronous and
+blocking; async callers use ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from reef.artifacts.manifest import (
     publish_files,
 )
 from reef.artifacts.store import ArtifactStore, ObjectRef, VerifiedReader
+from reef.core.errors import ConfigError
+from reef.settings import Settings
 
 __all__ = [
     "ArtifactCorruptError",
@@ -42,6 +44,25 @@ __all__ = [
     "materialise",
     "materialise_cached",
     "missing_objects",
+    "open_store",
     "publish_dir",
     "publish_files",
 ]
+
+
+def open_store(settings: Settings) -> ArtifactStore:
+    """The artifact store the settings name (the S3 client is loaded only for S3)."""
+    if settings.artifacts == "s3":
+        if settings.s3_access_key is None or settings.s3_secret_key is None:
+            raise ConfigError("artifacts: s3 needs REEF_S3_ACCESS_KEY and REEF_S3_SECRET_KEY")
+        from reef.artifacts.s3 import S3ArtifactStore
+
+        return S3ArtifactStore(
+            settings.s3_endpoint,
+            access_key=settings.s3_access_key.get_secret_value(),
+            secret_key=settings.s3_secret_key.get_secret_value(),
+            bucket=settings.s3_bucket,
+            region=settings.s3_region,
+            prefix=settings.s3_prefix,
+        )
+    return LocalArtifactStore.in_state_dir(settings.state_dir)

@@ -1,6 +1,6 @@
 """Crypto-shredding: bodies sealed under per-record data keys that erasure destroys."""
 
-from reef.crypto.keyring import KeyRing, key_record, open_keyring, tombstone_record
+from reef.crypto.keyring import KeyRing, key_record, tombstone_record
 from reef.crypto.seal import (
     DATA_KEY_BYTES,
     SealError,
@@ -17,7 +17,6 @@ __all__ = [
     "body_aad",
     "key_record",
     "new_data_key",
-    "open_keyring",
     "open_sealed",
     "seal",
     "tombstone_record",

@@ -23,19 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from reef.core.errors import LogUnavailableError
+from reef.core.errors import ConfigError, LogUnavailableError
 from reef.core.state import Processor, WriteBuffer
 from reef.hosts.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
 from reef.hosts.state_codec import dump_value
-from reef.log.base import LogRecord
+from reef.log.base import EventLog, LogRecord
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: back-off while the log refuses commits (seconds, doubling up to the maximum)
 _RETRY_FIRST = 0.2
@@ -251,3 +254,25 @@ def _contiguous(records: list[LogRecord], positions: dict[str, dict[int, int]]) 
         expected[slot] = record.offset + 1
         out.append(record)
     return out
+
+
+@runtime_checkable
+class SqlQueryable(Protocol):
+    """The embedded log's reader: where this host's ``processor_state`` rows live."""
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
+async def durable_tables(log: EventLog, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each processor's committed ``processor_state`` rows (what a restart reads back)."""
+    if not isinstance(log, SqlQueryable):
+        raise ConfigError("the embedded processor host keeps its state in the embedded log")
+
+    def load(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {name: {} for name in names}
+        for name, key, value in db.execute("SELECT processor, key, value FROM processor_state"):
+            if name in out:
+                out[name][key] = json.loads(value)
+        return out
+
+    return await log.query(load)

@@ -20,10 +20,10 @@ from typing import BinaryIO
 
 from pydantic import SecretStr
 
+from reef.catalog import processors
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
 from reef.settings import ENV_PREFIX, Settings
-from reef.wiring import processors
 
 #: how often the child looks for appends made by other processes
 POLL_SECONDS = 0.02

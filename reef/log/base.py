@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -95,3 +95,26 @@ class EventLog(Protocol):
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Store the consumer group's next-offsets for the topic."""
+
+
+# -- optional capabilities: what some logs can do beyond the port -------------------------
+# Callers ask for a capability with ``isinstance(log, Capability)``, never for an adapter
+# class, so a new log adapter gets the behaviour by implementing the method.
+
+
+@runtime_checkable
+class KeyLookup(Protocol):
+    """A log that answers the latest value of keys on a compacted topic directly."""
+
+    async def compacted_values(self, topic: str, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The latest non-tombstone value of each key that has one."""
+        ...
+
+
+@runtime_checkable
+class Scrubbable(Protocol):
+    """A log whose storage keeps deleted bytes until asked to overwrite them."""
+
+    async def scrub(self) -> bool:
+        """Overwrite the bytes of deleted records now; True if anything was done."""
+        ...

@@ -12,13 +12,13 @@ from typing import Any
 
 import click
 
-from reef.artifacts import ClaimCheck
+from reef.artifacts import ClaimCheck, open_store
 from reef.core.errors import ConfigError
 from reef.core.topics import ALL_TOPICS, LOG_TOPICS
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
-from reef.services.eventstore import StoredEvent, readable_store
-from reef.services.releases import open_store
+from reef.services.eventstore import StoredEvent
+from reef.wiring import readable_store
 
 
 @click.group("topics")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from reef.artifacts import ArtifactError
+from reef.artifacts.content import ContentStore
 from reef.core.events import (
     EngineLoaded,
     Event,
@@ -26,7 +27,6 @@ from reef.core.events import (
     ScenarioCreated,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, release_id
-from reef.services.releases import ContentStore
 
 
 @dataclass(slots=True)

@@ -11,7 +11,6 @@ processors and replay work on: their decisions never depend on a key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -31,10 +30,9 @@ from reef.crypto.bodies import (
     strip_exchange,
     trajectory_receipts,
 )
-from reef.crypto.keyring import KeyRing, key_record, open_keyring, tombstone_record
+from reef.crypto.keyring import KeyRing, key_record, tombstone_record
 from reef.crypto.seal import new_data_key
-from reef.log.base import EventLog, LogRecord, PendingAppend, Position
-from reef.log.embedded import EmbeddedLog
+from reef.log.base import EventLog, LogRecord, PendingAppend, Position, Scrubbable
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +128,7 @@ class EventStore:
         await self.log.append_many(pending)
         if self.keys is not None:
             self.keys.forget(record_id)
-        if isinstance(self.log, EmbeddedLog):
+        if isinstance(self.log, Scrubbable):
             await self.log.scrub()
 
     async def read(
@@ -214,19 +212,6 @@ class EventStore:
             offload_claims(e, self.claims) if isinstance(e, InferenceRecorded) else e
             for e in events
         ]
-
-
-@contextlib.asynccontextmanager
-async def readable_store(
-    log: EventLog, claims: ClaimCheck | None = None
-) -> AsyncIterator[EventStore]:
-    """A store whose reads open sealed content, with its key ring running (tools, CLIs)."""
-    keys = open_keyring(log)
-    await keys.start()
-    try:
-        yield EventStore(log, claims=claims, keys=keys)
-    finally:
-        await keys.close()
 
 
 def _seal_all(events: Sequence[Event]) -> tuple[list[Event], list[PendingAppend]]:

@@ -9,21 +9,15 @@ state is exactly what the log implies, which is what makes the log the system of
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reef.core.ids import content_hash
 from reef.core.state import DictState, Processor
-from reef.core.topics import STREAMS_APP_ID
 from reef.log.base import EventLog, LogRecord
-from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.projection import FOLLOWED_TOPICS, ApiState
-from reef.settings import Settings
-from reef.wiring import processors
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +55,11 @@ async def replay_processor(store: EventStore, processor: Processor) -> tuple[Dic
     return state, len(records)
 
 
-async def replay(settings: Settings, log: EventLog) -> ReplayResult:
+async def replay(processors: Sequence[Processor], log: EventLog) -> ReplayResult:
     store = EventStore(log)
     states = {}
     total = 0
-    for processor in processors(settings):
+    for processor in processors:
         states[processor.name], count = await replay_processor(store, processor)
         total += count
     api = ApiState()
@@ -76,43 +70,15 @@ async def replay(settings: Settings, log: EventLog) -> ReplayResult:
     return ReplayResult(states, api, total)
 
 
-async def live_digests(settings: Settings, log: EventLog) -> dict[str, str]:
+#: reads the tables a host holds durably right now, by processor name: each host answers
+#: for its own storage (reef.hosts.embedded, streams.changelog), so replay knows none
+DurableTables = Callable[[EventLog, Sequence[str]], Awaitable[dict[str, dict[str, Any]]]]
+
+
+async def live_digests(
+    processors: Sequence[Processor], log: EventLog, durable_tables: DurableTables
+) -> dict[str, str]:
     """Digests of the state the running processors hold durably right now."""
-    names = [p.name for p in processors(settings)]
-    if isinstance(log, EmbeddedLog):
-
-        def load(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            out: dict[str, dict[str, Any]] = {name: {} for name in names}
-            rows = db.execute("SELECT processor, key, value FROM processor_state")
-            for name, key, value in rows:
-                out.setdefault(name, {})[key] = json.loads(value)
-            return out
-
-        tables = await log.query(load)
-    else:
-        tables = {name: _json_keys(await _changelog_table(log, name)) for name in names}
+    names = [p.name for p in processors]
+    tables = await durable_tables(log, names)
     return {name: state_digest(tables.get(name, {})) for name in names}
-
-
-def _json_keys(table: dict[str, Any]) -> dict[str, Any]:
-    """Workers write a table's ``str`` keys JSON-encoded (``'"rec/..."'``): decode them."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        try:
-            decoded = json.loads(key)
-        except ValueError:
-            decoded = key
-        out[decoded if isinstance(decoded, str) else key] = value
-    return out
-
-
-async def _changelog_table(log: EventLog, name: str) -> dict[str, Any]:
-    """The latest value per key of a stream worker's table changelog (tombstones delete)."""
-    table: dict[str, Any] = {}
-    async for record in log.read(f"{STREAMS_APP_ID}-{name}-state-changelog"):
-        key = (record.key or b"").decode()
-        if record.value is None or record.value in (b"", b"null"):
-            table.pop(key, None)
-        else:
-            table[key] = json.loads(record.value)
-    return table

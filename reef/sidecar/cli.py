@@ -11,11 +11,12 @@ from typing import Any
 
 import click
 
+from reef.artifacts import open_store
+from reef.artifacts.content import ContentStore
 from reef.engine.engine_client import AsyncEngineClient
 from reef.log import open_log, running
 from reef.options import log_options, pop_log_flags, settings_from
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore, open_store
 from reef.sidecar.runner import Sidecar, SidecarConfig
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reef.artifacts import materialise_cached
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.errors import LogError, ReefError
 from reef.core.events import EngineLoaded, EngineLoadFailed, utc_now
@@ -42,7 +43,6 @@ from reef.engine.engine_client import AsyncEngineClient
 from reef.log.base import LogRecord
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore
 from reef.sidecar.plan import HeadTracker, Wanted
 
 logger = logging.getLogger(__name__)

@@ -67,7 +67,7 @@ ADAPTER_MODULES: Final = frozenset(
         "reef.log.kafka",
         "reef.artifacts.local",
         "reef.artifacts.s3",
-        "reef.crypto.keyring",  # TableKeyRing, FollowingKeyRing (and, today, the port)
+        "reef.crypto.rings",  # TableKeyRing, FollowingKeyRing
     }
 )
 WIRING_MODULES: Final = frozenset({"reef.wiring"})
@@ -92,33 +92,15 @@ EXCEPTION_SCOPE: Final = PRODUCT
 ALLOWED_CORE_THIRD_PARTY: Final[frozenset[str]] = frozenset()
 ALLOWED_R1: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, imported adapter module)
-ALLOWED_R2: Final[tuple[tuple[str, str], ...]] = (
-    ("reef/api/app.py", "reef.crypto.keyring"),
-    ("reef/api/app.py", "reef.log.embedded"),
-    ("reef/services/eventstore.py", "reef.crypto.keyring"),
-    ("reef/services/eventstore.py", "reef.log.embedded"),
-    ("reef/services/releases.py", "reef.artifacts.local"),
-    ("reef/services/releases.py", "reef.artifacts.s3"),
-    ("reef/services/replay.py", "reef.log.embedded"),
-)
+ALLOWED_R2: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, imported module)
-ALLOWED_R3: Final[tuple[tuple[str, str], ...]] = (
-    ("reef/api/app.py", "recipes.registry"),
-    ("reef/api/app.py", "trainers.runner"),
-    ("reef/api/context.py", "trainers.consumer"),
-)
+ALLOWED_R3: Final[tuple[tuple[str, str], ...]] = ()
 #: the sorted modules of each import cycle (strongly connected component)
 ALLOWED_R4: Final[tuple[tuple[str, ...], ...]] = (
     ("recipes.grpo", "recipes.sft", "trainers.lora", "trainers.torch_backend"),
 )
 #: (file, adapter class), once per isinstance call
-ALLOWED_R5: Final[tuple[tuple[str, str], ...]] = (
-    ("reef/api/app.py", "EmbeddedLog"),
-    ("reef/api/app.py", "EmbeddedLog"),
-    ("reef/crypto/keyring.py", "EmbeddedLog"),
-    ("reef/services/eventstore.py", "EmbeddedLog"),
-    ("reef/services/replay.py", "EmbeddedLog"),
-)
+ALLOWED_R5: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, exception class): empty, every exception class is drawn
 ALLOWED_R6: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, imported module)

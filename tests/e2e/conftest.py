@@ -30,7 +30,7 @@ import pytest
 from reef.core.events import Event, InferenceRecorded
 from reef.core.topics import ALL_TOPICS, INFERENCE, REPORTS, SCENARIOS
 from reef.log.base import EventLog
-from reef.services.eventstore import readable_store
+from reef.wiring import readable_store
 from tests.support.servers import (
     ReefProcess,
     UpstreamProcess,

@@ -386,8 +386,8 @@ def assert_other_scenarios_hidden(response: httpx.Response, template: str, cast:
 
 def app_routes() -> set[tuple[str, str]]:
     """Every (method, path) the app routes, hidden ones included (HEAD beside GET aside)."""
-    from reef.api.app import create_app
     from reef.settings import Settings
+    from reef.wiring import create_app
 
     app = create_app(Settings(token="route-listing"))
     found: set[tuple[str, str]] = set()

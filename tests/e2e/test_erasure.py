@@ -35,13 +35,14 @@ import pytest
 
 from reef.core import topics
 from reef.core.events import SampleJoined
-from reef.crypto import open_keyring
+from reef.crypto.rings import open_keyring
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
-from reef.services.eventstore import StoredEvent, readable_store
+from reef.services.eventstore import StoredEvent
 from reef.stack import kafka as stack_kafka
 from reef.stack.paths import StackSettings
+from reef.wiring import readable_store
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
 from tests.e2e.test_releases import start_streams
 from tests.support.servers import ReefProcess, UpstreamProcess, run_reef, start_reef

@@ -47,6 +47,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reef.artifacts import LocalArtifactStore
+from reef.artifacts.content import ContentStore
 from reef.codec import EventCodec
 from reef.core import topics
 from reef.core.events import (
@@ -65,9 +66,9 @@ from reef.core.state import DictState
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
-from reef.services.eventstore import EventStore, StoredEvent, readable_store
-from reef.services.releases import ContentStore
+from reef.services.eventstore import EventStore, StoredEvent
 from reef.services.replay import _all_records
+from reef.wiring import readable_store
 from streams.host import READY_LINE
 from tests.e2e.conftest import chat_body, unique_scenario
 from tests.support.servers import (
@@ -1014,8 +1015,8 @@ def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
 
 def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -> None:
     """The worker's group has committed every input record (its changelogs are complete)."""
+    from reef.catalog import processors
     from reef.settings import Settings
-    from reef.wiring import processors
 
     group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
     inputs = {t for p in processors(Settings.model_validate({})) for t in p.inputs}

@@ -42,7 +42,9 @@ from reef.artifacts import (
     ManifestEntry,
     UnsafePathError,
     materialise,
+    open_store,
 )
+from reef.artifacts.content import ContentStore, IncompleteContentError
 from reef.codec import EventCodec
 from reef.core import topics
 from reef.core.events import InferenceRecorded, ReleaseProposed, utc_now
@@ -51,9 +53,9 @@ from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.log.partitioner import partition_for
-from reef.services.eventstore import EventStore, readable_store
-from reef.services.releases import ContentStore, IncompleteContentError, open_store
+from reef.services.eventstore import EventStore
 from reef.settings import Settings
+from reef.wiring import readable_store
 from streams.host import READY_LINE
 from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
 from tests.support.servers import (

@@ -11,7 +11,7 @@ import httpx
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
 from reef.log.embedded import EmbeddedLog
-from reef.services.eventstore import readable_store
+from reef.wiring import readable_store
 from tests.support.servers import running_reef
 
 

@@ -44,6 +44,7 @@ import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from reef.artifacts import LocalArtifactStore
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import (
     EngineLoaded,
@@ -57,8 +58,8 @@ from reef.core.events import (
 )
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
-from reef.services.eventstore import EventStore, readable_store
-from reef.services.releases import ContentStore
+from reef.services.eventstore import EventStore
+from reef.wiring import readable_store
 from tests.engine.conftest import PROMPT
 from tests.support.servers import (
     HOST,

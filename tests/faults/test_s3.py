@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
+from reef.artifacts import open_store
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import ReleaseCommitted, ReleaseProposed
 from reef.log.embedded import EmbeddedLog
-from reef.services.releases import ContentStore, open_store
 from reef.settings import Settings
 from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 from tests.support import consistency

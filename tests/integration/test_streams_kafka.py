@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from reef.catalog import processors
 from reef.core import topics
 from reef.core.events import (
     Event,
@@ -51,8 +52,9 @@ from reef.core.ids import derived_id, release_id
 from reef.core.topics import STREAMS_APP_ID as APP_ID
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.services.eventstore import EventStore
-from reef.services.replay import _changelog_table, replay, state_digest
+from reef.services.replay import replay, state_digest
 from reef.settings import Settings
+from streams.changelog import changelog_table
 from streams.host import READY_LINE
 from tests.support.servers import ManagedProcess, clean_env, reef_executable, run_reef, spawn
 from tests.unit.test_chain_properties import created, proposal
@@ -244,17 +246,9 @@ async def raw_values(bootstrap: str, topic: str) -> list[bytes]:
         await consumer.stop()
 
 
-def _key(raw: str) -> str:
-    try:
-        decoded = json.loads(raw)
-    except ValueError:
-        return raw
-    return decoded if isinstance(decoded, str) else raw
-
-
 async def live_table(log: KafkaLog, name: str) -> dict[str, Any]:
-    """A processor's table from its changelog (``str`` keys are written JSON-encoded)."""
-    return {_key(key): value for key, value in (await _changelog_table(log, name)).items()}
+    """A processor's table from its changelog, keys decoded."""
+    return await changelog_table(log, name)
 
 
 async def live_join_state(log: KafkaLog) -> dict[str, Any]:
@@ -389,7 +383,7 @@ async def test_exactly_once_while_the_worker_is_killed(
 
     # the join's state (its changelog, read_committed) is exactly what replay rebuilds
     settings = Settings(log="kafka", kafka_topic_prefix=prefix)
-    replayed = (await replay(settings, log)).processor_states["join"].data
+    replayed = (await replay(processors(settings), log)).processor_states["join"].data
     live = await live_join_state(log)
 
     # Exactly-once under SIGKILL: no committed duplicate, and the live table holds every
@@ -528,7 +522,7 @@ async def test_replay_digests_equal_live_on_kafka(
     await worker.wait_ready()
     await mixed_workload(log, worker)
     settings = Settings(log="kafka", kafka_topic_prefix=prefix)
-    result = await replay(settings, log)
+    result = await replay(processors(settings), log)
     # the processors' live state (changelogs, keys decoded as Faust wrote them) is replay's
     live = await live_join_state(log)
     replayed = result.processor_states

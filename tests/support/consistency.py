@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import (
     Event,
@@ -36,7 +37,6 @@ from reef.core.events import (
 from reef.log.base import EventLog
 from reef.services import audit
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore
 from tests.support.load import LoadResult
 
 LogFactory = Callable[[], EventLog]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from reef.catalog import processors
 from reef.core import topics
 from reef.core.events import (
     Event,
@@ -40,12 +41,12 @@ from reef.core.events import (
 )
 from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
 from reef.core.state import DictState
+from reef.hosts import embedded as embedded_host
 from reef.hosts.embedded import EmbeddedRuntime, _create_state_table
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.replay import live_digests, replay, replay_processor, state_digest
 from reef.settings import Settings
-from reef.wiring import processors
 from tests.unit.test_join_properties import inference, receipt, report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -338,7 +339,7 @@ import asyncio, os, signal, sys, time
 from pathlib import Path
 
 from reef.log.embedded import EmbeddedLog
-from reef.wiring import processors
+from reef.catalog import processors
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.settings import Settings
 
@@ -565,9 +566,9 @@ async def test_replay_digests_equal_live_after_a_mixed_workload(
     finally:
         for runtime in runtimes:
             await runtime.close()
-    result = await replay(settings, log)
+    result = await replay(processors(settings), log)
     replayed = result.digests()
-    live = await live_digests(settings, log)
+    live = await live_digests(processors(settings), log, embedded_host.durable_tables)
     assert set(live) == {"join", "chain"}
     assert live == {name: replayed[name] for name in live}
     commits = [

@@ -26,7 +26,7 @@ from reef.core.state import DictState
 from reef.core.topics import INFERENCE, LOG_TOPICS, SAMPLES
 from reef.crypto import new_data_key
 from reef.crypto.bodies import seal_exchange
-from reef.crypto.keyring import TableKeyRing
+from reef.crypto.rings import TableKeyRing
 from reef.services.eventstore import EventStore
 from tests.unit.test_trainer import FAKE, Harness, harness, running, until  # noqa: F401
 

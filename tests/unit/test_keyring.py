@@ -10,8 +10,8 @@ import pytest
 
 from reef.core.errors import LogError
 from reef.core.topics import INFERENCE, KEYS, LOG_TOPICS, key_topic_configs
-from reef.crypto import key_record, new_data_key, open_keyring, tombstone_record
-from reef.crypto.keyring import FollowingKeyRing, TableKeyRing
+from reef.crypto import key_record, new_data_key, tombstone_record
+from reef.crypto.rings import FollowingKeyRing, TableKeyRing, open_keyring
 from reef.log.base import PendingAppend
 from reef.log.embedded import EmbeddedLog, connect
 from reef.log.kafka import KafkaLog

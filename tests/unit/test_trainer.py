@@ -18,6 +18,7 @@ import pytest
 
 from recipes.registry import build_recipe
 from reef.artifacts import LocalArtifactStore
+from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.chain import ReleaseChainProcessor
 from reef.core.events import (
@@ -32,7 +33,6 @@ from reef.core.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_i
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
-from reef.services.releases import ContentStore
 from trainers.consumer import Trainer, TrainerConfig
 
 FAKE = "tests.support.fake_recipe:FakeRecipe"

@@ -1,4 +1,4 @@
-"""Release content: manifests stored by content id, and the store built from settings.
+"""Release content: manifests stored by content id in an artifact store.
 
 A manifest's canonical JSON is itself stored in the artifact store, so its sha256, the
 object id, IS the release's ``content_id``: any release can be materialised from the
@@ -9,36 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reef.artifacts import (
-    ArtifactError,
-    ArtifactStore,
-    LocalArtifactStore,
-    Manifest,
-    missing_objects,
-    publish_dir,
-    publish_files,
-)
-from reef.artifacts.s3 import S3ArtifactStore
+from reef.artifacts.errors import ArtifactError
+from reef.artifacts.manifest import Manifest, missing_objects, publish_dir, publish_files
+from reef.artifacts.store import ArtifactStore
 from reef.core.ids import EMPTY_CONTENT_ID
-from reef.settings import Settings
-
-
-def open_store(settings: Settings) -> ArtifactStore:
-    """The artifact store the settings name."""
-    if settings.artifacts == "s3":
-        if settings.s3_access_key is None or settings.s3_secret_key is None:
-            from reef.core.errors import ConfigError
-
-            raise ConfigError("artifacts: s3 needs REEF_S3_ACCESS_KEY and REEF_S3_SECRET_KEY")
-        return S3ArtifactStore(
-            settings.s3_endpoint,
-            access_key=settings.s3_access_key.get_secret_value(),
-            secret_key=settings.s3_secret_key.get_secret_value(),
-            bucket=settings.s3_bucket,
-            region=settings.s3_region,
-            prefix=settings.s3_prefix,
-        )
-    return LocalArtifactStore.in_state_dir(settings.state_dir)
 
 
 class IncompleteContentError(ArtifactError):
