@@ -38,7 +38,8 @@ def _param(param: click.Parameter) -> dict[str, Any]:
         out["envvar"] = param.envvar
         out["help"] = param.help
         default = param.default
-        out["default"] = default if isinstance(default, str | int | float | bool | None) else repr(default)
+        plain = isinstance(default, str | int | float | bool | None)
+        out["default"] = default if plain else repr(default)
     return out
 
 
@@ -70,7 +71,8 @@ def _check(name: str, current: dict[str, Any]) -> None:
         path.write_text(text)
     assert path.is_file(), f"no snapshot {path}: run with REEF_UPDATE_SNAPSHOTS=1"
     assert json.loads(path.read_text()) == current, (
-        f"{name} changed; if deliberate, regenerate with REEF_UPDATE_SNAPSHOTS=1 and review the diff"
+        f"{name} changed; if deliberate, regenerate with REEF_UPDATE_SNAPSHOTS=1 "
+        "and review the diff"
     )
 
 
