@@ -222,16 +222,7 @@ class EmbeddedRuntime:
         positions: dict[str, dict[int, int]],
     ) -> None:
         """Write the batch's state changes (JSON text; None deletes) and input positions."""
-        name = self.processor.name
-        db.executemany(
-            "INSERT INTO processor_state (processor, key, value) VALUES (?, ?, ?) "
-            "ON CONFLICT (processor, key) DO UPDATE SET value = excluded.value",
-            [(name, k, text) for k, text in changes if text is not None],
-        )
-        db.executemany(
-            "DELETE FROM processor_state WHERE processor = ? AND key = ?",
-            [(name, k) for k, text in changes if text is None],
-        )
+        store_state_rows(db, self.processor.name, changes)
         db.executemany(
             "INSERT INTO consumer_offsets (grp, topic, partition, next_offset) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (grp, topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
@@ -241,6 +232,21 @@ class EmbeddedRuntime:
 
 def _create_state_table(db: sqlite3.Connection) -> None:
     db.execute(_STATE_TABLE)
+
+
+def store_state_rows(
+    db: sqlite3.Connection, processor: str, changes: Sequence[tuple[str, str | None]]
+) -> None:
+    """Upsert a processor's changed rows (JSON text) and delete those set to None."""
+    db.executemany(
+        "INSERT INTO processor_state (processor, key, value) VALUES (?, ?, ?) "
+        "ON CONFLICT (processor, key) DO UPDATE SET value = excluded.value",
+        [(processor, k, text) for k, text in changes if text is not None],
+    )
+    db.executemany(
+        "DELETE FROM processor_state WHERE processor = ? AND key = ?",
+        [(processor, k) for k, text in changes if text is None],
+    )
 
 
 def _contiguous(records: list[LogRecord], positions: dict[str, dict[int, int]]) -> list[LogRecord]:
