@@ -29,21 +29,19 @@ computes the same outputs again. A crash after the commit loses nothing: the sto
 only a copy. Output ids are deterministic and steps remember what they applied, so even
 a redelivery past those guarantees is a no-op.
 
-Rebalance protocol: the consumer's listener takes the loop's lock, so a revocation waits
-for the batch in flight to commit, then closes every task. On assignment, for every
-partition number: start its producer (``init_transactions``: fences the previous owner
-and ends its open transaction), restore the stores from the changelog up to its end
-(nothing can be pending on it any more), then seek the inputs to the offsets the group
-committed, read afresh. Each rebalance step bumps a generation: a poll that spanned one
-is not processed, its partitions are sought back to where their tasks stand (it may have
-been fetched before the assignment's seek), so nothing is processed twice or skipped.
+Rebalance protocol (the consumer's listener holds the loop's lock throughout):
 
-Why not Faust's own loop (it hosted the processors until this module): its consumer and
-transaction manager wedged workers after broker faults and restarts (records fetched and
-never processed, a Ready worker with input waiting and nothing committed) in ways its
-public tracker also reports, and its per-event path (one agent iteration, lock and ack
-per record, a changelog write per table update) ran the join at ~390 reports/s. Here a
-transaction carries a whole poll per partition.
+1. Revocation: wait for the batch in flight to commit, then close every task.
+2. Assignment, for every partition number: start its producer (``init_transactions``
+   fences the previous owner and ends its open transaction).
+3. Restore the stores from the changelog up to its end (nothing can be pending on it
+   any more).
+4. Seek the inputs to the offsets the group committed, read afresh.
+
+Each rebalance step bumps a generation: a poll that spanned one is not processed, its
+partitions are sought back to where their tasks stand (it may have been fetched before
+the assignment's seek), so nothing is processed twice or skipped. Why this loop replaced
+Faust's: ``docs/architecture.md``, "The Kafka host".
 """
 
 from __future__ import annotations
