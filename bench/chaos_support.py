@@ -45,9 +45,9 @@ from reef.services.eventstore import EventStore
 from reef.stack import kafka as stack_kafka
 from reef.stack import process as stack_process
 from reef.stack.paths import load_settings
+from reef.testing.load import LoadResult
+from reef.testing.servers import clean_env, free_port, reef_executable
 from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE
-from tests.support.load import LoadResult
-from tests.support.servers import clean_env, free_port, reef_executable
 
 Echo = Callable[[str], None]
 

@@ -9,7 +9,7 @@
 #      /destroy_weights_update_group driven by reef.engine.broadcast.publish_weights
 #      (NCCL when the machine has 2+ GPUs: trainer on cuda:1; one GPU cannot hold two
 #      NCCL ranks, so then gloo, which broadcasts into SGLang's CUDA tensors).
-#   B. the same checks against Reef's engine: `python -m reef.engine.cli --device cuda`,
+#   B. the same checks against Reef's engine: `python -m reef.cli.engine --device cuda`,
 #      plus /load_lora_adapter and a LoRA-default update.
 #
 # Degrades gracefully: whatever cannot run (no sglang, no GPU, one GPU) is reported as
@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
-from reef.engine import tiny
+from reef.modelkit import tiny
 
 work = Path(sys.argv[1])
 vocab = tiny.vocabulary()
@@ -221,7 +221,7 @@ fi
 
 # -- B. Reef's engine on CUDA ----------------------------------------------------------
 say "launching reef engine --device cuda"
-"$PY" -m reef.engine.cli --model "$WORK/A" --port 30001 --device cuda --weight-version v0 \
+"$PY" -m reef.cli.engine --model "$WORK/A" --port 30001 --device cuda --weight-version v0 \
   >"$WORK/reef-engine.log" 2>&1 &
 PIDS+=($!)
 if wait_health http://127.0.0.1:30001 "${PIDS[-1]}" 120; then

@@ -76,8 +76,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from reef.catalog import processors
 from reef.codec import EVENT_TYPE_HEADER, EventCodec
 from reef.core import topics
-from reef.core.events import Event, InferenceRecorded, ReportSubmitted
-from reef.core.ids import content_hash, scenario_tag
+from reef.core.events import Event
 from reef.core.topics import STREAMS_APP_ID
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.base import EventLog, PendingAppend
@@ -86,6 +85,7 @@ from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.services.replay import replay
 from reef.settings import Settings
+from reef.testing.events import inference, receipt, report
 from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE, changelog_topic
 
 PARTITIONS = 6
@@ -135,43 +135,25 @@ def workload(reports: int, scenarios: Sequence[str] = SCENARIOS) -> list[Event]:
     feedback: list[Event] = []
     for i in range(reports):
         scenario = scenarios[i % len(scenarios)]
-        receipt = scenario_tag(scenario) + f"{i:024x}"
+        rec = receipt(scenario, i)
         question = f"question {i}: summarise the refund policy for order {i * 7919} " * 6
         answer = f"answer {i}: refunds within 30 days with the receipt; " * 6
         request = {"model": "m", "messages": [{"role": "user", "content": question}]}
         response = {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]}
         exchanges.append(
-            InferenceRecorded(
-                event_id=receipt,
-                scenario=scenario,
-                occurred_at=at,
+            inference(
+                scenario,
+                rec,
+                at,
+                release="rel-1",
+                request=request,
+                response=response,
                 producer="bench",
-                dialect="openai",
-                route="/v1/chat/completions",
-                release_id="rel-1",
-                stream=False,
-                status=200,
-                complete=True,
                 latency_ms=12.0,
                 upstream_latency_ms=10.0,
-                request_json=json.dumps(request),
-                response_json=json.dumps(response),
             )
         )
-        content = {"score": 1.0, "feedback": "good", "references": [receipt], "metadata": {}}
-        feedback.append(
-            ReportSubmitted(
-                event_id=f"report-{i}",
-                scenario=scenario,
-                occurred_at=at,
-                producer="bench",
-                score=1.0,
-                feedback_json='"good"',
-                references=[receipt],
-                metadata_json="{}",
-                content_hash=content_hash(content),
-            )
-        )
+        feedback.append(report(scenario, f"report-{i}", [rec], at, producer="bench"))
     return exchanges + feedback
 
 

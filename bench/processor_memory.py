@@ -58,12 +58,12 @@ from streams.host import READY_LINE
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from reef import topics  # noqa: E402
-from reef.core.events import Event, InferenceRecorded, ReportSubmitted  # noqa: E402
-from reef.core.ids import content_hash, scenario_tag  # noqa: E402
+from reef.core import topics  # noqa: E402
+from reef.core.events import Event  # noqa: E402
 from reef.log.embedded import EmbeddedLog  # noqa: E402
 from reef.log.kafka import KafkaLog  # noqa: E402
 from reef.services.eventstore import EventStore  # noqa: E402
+from reef.testing.events import inference, receipt, report  # noqa: E402
 
 SCENARIOS = tuple(f"mem-{i}" for i in range(12))
 MB = 1024 * 1024
@@ -152,44 +152,26 @@ def workload(exchanges: int, body_kb: float) -> list[Event]:
     events: list[Event] = []
     for i in range(exchanges):
         scenario = SCENARIOS[i % len(SCENARIOS)]
-        receipt = scenario_tag(scenario) + f"{i:024x}"
+        rec = receipt(scenario, i)
         question = (f"q{i} " + f"order {i * 7919} refund policy, receipt {i}; " * 200)[:half]
         answer = (f"a{i} " + f"refunds within 30 days for order {i}; " * 200)[:half]
         request = {"model": "m", "messages": [{"role": "user", "content": question}]}
         response = {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]}
         moment = at + timedelta(milliseconds=i)
         events.append(
-            InferenceRecorded(
-                event_id=receipt,
-                scenario=scenario,
-                occurred_at=moment,
+            inference(
+                scenario,
+                rec,
+                moment,
+                release="rel-1",
+                request=request,
+                response=response,
                 producer="bench",
-                dialect="openai",
-                route="/v1/chat/completions",
-                release_id="rel-1",
-                stream=False,
-                status=200,
-                complete=True,
                 latency_ms=12.0,
                 upstream_latency_ms=10.0,
-                request_json=json.dumps(request),
-                response_json=json.dumps(response),
             )
         )
-        content = {"score": 1.0, "feedback": "good", "references": [receipt], "metadata": {}}
-        events.append(
-            ReportSubmitted(
-                event_id=f"report-{i}",
-                scenario=scenario,
-                occurred_at=moment,
-                producer="bench",
-                score=1.0,
-                feedback_json='"good"',
-                references=[receipt],
-                metadata_json="{}",
-                content_hash=content_hash(content),
-            )
-        )
+        events.append(report(scenario, f"report-{i}", [rec], moment, producer="bench"))
     return events
 
 

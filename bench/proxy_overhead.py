@@ -1,6 +1,6 @@
 """Proxy overhead: direct calls vs calls through Reef, measured in one run.
 
-Every target fronts the SAME scripted upstream (tests/support/scripted_upstream.py, raw
+Every target fronts the SAME scripted upstream (reef/testing/scripted_upstream.py, raw
 ASGI on uvicorn). Load comes from ``wrk`` (Debian package ``wrk``), which measures the
 server rather than a Python client:
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.servers import (
+from reef.testing.servers import (
     ManagedProcess,
     free_port,
     reef_executable,

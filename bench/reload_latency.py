@@ -1,6 +1,6 @@
 """Reload latency: from "a new version is decided" to "the engine serves it".
 
-An engine (``python -m reef.engine.cli``, what ``reef engine`` runs) serves the built-in
+An engine (``python -m reef.cli.engine``, what ``reef engine`` runs) serves the built-in
 tiny model (~109k parameters) and, in a second round, a ~101M-parameter model built
 from config (random weights, ``--model tiny-100m``). The clock starts when the new
 weights exist in the trainer's memory and stops at the first ``/generate`` answer (one
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from peft import LoraConfig, get_peft_model
 
-from reef.engine import tiny
 from reef.engine.broadcast import publish_weights
-from tests.support.servers import HOST, ManagedProcess, clean_env, free_port, spawn
+from reef.modelkit import tiny
+from reef.testing.servers import HOST, ManagedProcess, clean_env, free_port, spawn
 
 MODEL_FOR: dict[tiny.Size, str] = {"tiny": "tiny", "100m": "tiny-100m"}
 
@@ -66,7 +66,7 @@ def start_engine(model: str, log_dir: Path) -> tuple[ManagedProcess, str, float]
     argv = [
         sys.executable,
         "-m",
-        "reef.engine.cli",
+        "reef.cli.engine",
         "--host",
         HOST,
         "--port",

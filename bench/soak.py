@@ -66,9 +66,9 @@ from streams.host import READY_LINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reef.demo import grade, words
+from reef.cli.demo import grade, words
 from reef.log.kafka import delete_prefixed_topics
-from tests.support.servers import (
+from reef.testing.servers import (
     REPO_ROOT,
     ManagedProcess,
     ReefProcess,
@@ -78,57 +78,13 @@ from tests.support.servers import (
     spawn,
     start_reef,
 )
+from reef.testing.stats import percentile, plateau
 
 TOKEN = "soak-token"
 SCENARIO = "soak"
 ROLES = ("serve", "processors", "engine", "streams", "trainer", "other")
 WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 MB = 1024 * 1024
-
-
-# ---------------------------------------------------------------------------
-# Pure statistics
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def slope_per_minute(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, value) points, per minute; NaN under 3 points."""
-    if len(points) < 3:
-        return math.nan
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var == 0:
-        return math.nan
-    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
-    return cov / var * 60.0
-
-
-@dataclass(frozen=True)
-class Plateau:
-    first_half: float  # MB/min
-    second_half: float  # MB/min
-    threshold: float  # MB/min
-    plateaus: bool
-
-
-def plateau(points: list[tuple[float, float]], duration: float) -> Plateau:
-    """The memory verdict on (seconds, MB) points (see the module doc for the criterion)."""
-    half = duration / 2
-    first = slope_per_minute([p for p in points if p[0] <= half])
-    second = slope_per_minute([p for p in points if p[0] >= half])
-    final = points[-1][1] if points else 0.0
-    threshold = max(1.0, 0.001 * final)
-    return Plateau(first, second, threshold, not math.isnan(second) and second < threshold)
 
 
 # ---------------------------------------------------------------------------

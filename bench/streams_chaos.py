@@ -6,7 +6,7 @@ What runs (real processes on loopback, on a Kafka of the bench's own):
   one node (``--cluster single``) or three (``--cluster three``: RF 3, min ISR 2). The
   shared stack (``reef stack``) is never touched: its brokers are what other tests use;
 - ``reef topics create``, then ``reef serve --log kafka`` on a fresh topic prefix, with
-  the scripted upstream (tests/support/scripted_upstream.py);
+  the scripted upstream (reef/testing/scripted_upstream.py);
 - 1-3 ``reef streams`` workers (``--workers`` at the start), each with its own
   ``--instance-id``, supervised: a worker that exits on its own is restarted after 1 s
   (status 75 is the host's "cannot continue, restart me"; any other status is a crash,
@@ -101,8 +101,8 @@ from bench.chaos_support import (
     no_progress_incidents,
 )
 from reef.core import topics
-from tests.support.load import LoadResult, SteadyLoad
-from tests.support.servers import ReefProcess, run_reef, start_reef, start_upstream
+from reef.testing.load import LoadResult, SteadyLoad
+from reef.testing.servers import ReefProcess, run_reef, start_reef, start_upstream
 
 TOKEN = "reef-chaos-token"
 FAULTS = ("worker-kill", "broker-stall", "rebalance")

@@ -10,31 +10,33 @@ importance ratio ``min(r·A, clip(r, 1-ε, 1+ε)·A)``, ``r = π_new / π_rollou
 for ``training.steps`` steps at a small learning rate (3e-3 collapses the tiny model;
 5e-4 with 4 steps on 32 groups of 8 answers sampled at temperature 1 takes it from 0.10
 to above 0.7 on a held-out task in 5-8 rounds: recipes/README.md, tests/e2e/test_learning.py).
-Evaluation and gate are as in ``sft``.
+Evaluation (:func:`recipes.evaluation.evaluate_tasks`) and gate are as in ``sft``;
+training is the injected :class:`recipes.training.TrainingBackend`'s.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig, StrictModel
+from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig
 from recipes.errors import TrainingError
+from recipes.evaluation import evaluate_tasks
 from recipes.samples import Sample
 from recipes.tasks import TaskSet
+from recipes.training import GrpoTraining, Rollout, UsesBackend
 
-
-class GrpoTraining(StrictModel):
-    base_model: str = Field(default="tiny", description="Creation weights (built-in or folder).")
-    learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate.")
-    steps: int = Field(default=4, ge=1, description="Optimizer steps per batch.")
-    clip: float = Field(default=0.2, gt=0, lt=1, description="Importance-ratio clip epsilon.")
-    threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
-    seed: int = Field(default=0, description="Seed of the training RNG.")
+__all__ = [  # the training section's model and Rollout live with the training port
+    "GrpoConfig",
+    "GrpoRecipe",
+    "GrpoTraining",
+    "Rollout",
+    "rollouts",
+    "tokens_of",
+]
 
 
 class GrpoConfig(RecipeConfig):
@@ -50,16 +52,6 @@ class GrpoConfig(RecipeConfig):
         ):
             raise ValueError(f"gate.policy {self.gate.policy!r} needs evaluation tasks")
         return self
-
-
-@dataclass(frozen=True, slots=True)
-class Rollout:
-    """One recorded answer, token for token, with its group-relative advantage."""
-
-    prompt_ids: list[int]
-    output_ids: list[int]
-    logprobs: list[float]
-    advantage: float
 
 
 def tokens_of(sample: Sample) -> tuple[list[int], list[int], list[float]] | None:
@@ -105,7 +97,7 @@ def rollouts(batch: Batch) -> list[Rollout]:
     return found
 
 
-class GrpoRecipe(Recipe[GrpoConfig]):
+class GrpoRecipe(UsesBackend, Recipe[GrpoConfig]):
     name = "grpo"
     config_model = GrpoConfig
 
@@ -113,18 +105,15 @@ class GrpoRecipe(Recipe[GrpoConfig]):
         return None if tokens_of(sample) is not None else "no_token_data"
 
     def produce(self, batch: Batch, parent: Parent, out_dir: Path) -> Candidate:
-        from trainers import torch_backend
-
         found = rollouts(batch)
         if not found:
             raise TrainingError("no group of the batch has a score spread (all advantages 0)")
-        metrics = torch_backend.train_grpo(parent.folder, found, out_dir, self.config.training)
+        metrics = self.backend.train_grpo(parent.folder, found, out_dir, self.config.training)
         return Candidate(out_dir, metrics)
 
     def evaluate(self, folder: Path | None) -> Evaluation:
-        from recipes.sft import evaluate_tasks
-
         return evaluate_tasks(
+            self.backend,
             folder,
             self.config.evaluation,
             base_model=self.config.training.base_model,

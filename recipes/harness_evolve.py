@@ -19,7 +19,10 @@ rules; :mod:`recipes.harness_edits` says which files compose the prompt). Per ba
 3. **Gate.** ``win_margin`` only: the candidate is selected when its mean beats the
    head's by at least ``gate.margin`` (and by more than zero: a tie keeps the head).
 
-No training library is imported: the only dependency is ``httpx``.
+No training library is imported, and no transport either: the recipe decides the
+endpoint (:func:`resolve_endpoint`) and the requests; the calls go through the injected
+:class:`recipes.chat.ChatClient` (the registry binds the HTTP one,
+:class:`trainers.backends.chat.HttpChatClient`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import Field, field_validator
 
 from recipes.base import (
@@ -44,6 +46,7 @@ from recipes.base import (
     RecipeConfig,
     StrictModel,
 )
+from recipes.chat import ChatClient, ChatEndpoint
 from recipes.errors import EvaluationError, RecipeConfigError, RecipeError, TrainingError
 from recipes.harness_edits import (
     EDIT_FORMAT,
@@ -133,45 +136,6 @@ class HarnessEvolveConfig(RecipeConfig):
         return value
 
 
-class ChatEndpoint:
-    """A blocking OpenAI-compatible chat client (the recipe runs in worker threads)."""
-
-    def __init__(self, base_url: str, model: str, api_key: str | None, config: UpstreamConfig):
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.config = config
-
-    def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> str:
-        """The answer's text; RecipeError on any transport, status or shape problem."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": max_tokens,
-        }
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        timeout = httpx.Timeout(self.config.timeout_s, connect=min(10.0, self.config.timeout_s))
-        try:
-            with httpx.Client(timeout=timeout) as client:
-                response = client.post(self.url, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise RecipeError(f"upstream {self.url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise RecipeError(
-                f"upstream {self.url} answered {response.status_code}: {response.text[:300]}"
-            )
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise RecipeError(f"upstream {self.url}: not a chat completion") from exc
-        if not isinstance(content, str):
-            raise RecipeError(f"upstream {self.url}: the answer has no text content")
-        return content
-
-
 def resolve_endpoint(config: UpstreamConfig, settings: Settings | None) -> ChatEndpoint:
     """The endpoint from the recipe config, falling back on the deployment's upstream."""
     base_url = config.base_url
@@ -201,7 +165,7 @@ def resolve_endpoint(config: UpstreamConfig, settings: Settings | None) -> ChatE
         raise RecipeConfigError(
             "recipe.upstream.model: no model (set it, or the deployment's upstream_model)"
         )
-    return ChatEndpoint(base_url, model, api_key, config)
+    return ChatEndpoint.at(base_url, model, api_key, timeout_s=config.timeout_s, seed=config.seed)
 
 
 class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
@@ -219,6 +183,7 @@ class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
             )
         self.grade: Grader = config.evaluation.grader_fn()
         self.endpoint: ChatEndpoint | None = None
+        self.chat_client: ChatClient | None = None
         if config.upstream.base_url and config.upstream.model:
             self.endpoint = resolve_endpoint(config.upstream, None)
 
@@ -226,10 +191,19 @@ class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
         """Use the deployment's upstream where the config names none (called at start)."""
         self.endpoint = resolve_endpoint(self.config.upstream, settings)
 
-    def _chat(self) -> ChatEndpoint:
+    def bind_chat(self, client: ChatClient) -> None:
+        """Set the chat transport (the registry does this when it builds the recipe)."""
+        self.chat_client = client
+
+    def _chat(self) -> _Chat:
         if self.endpoint is None:
             raise RecipeError("harness_evolve has no upstream (recipe.upstream or the deployment)")
-        return self.endpoint
+        if self.chat_client is None:
+            raise RecipeError(
+                "harness_evolve has no chat client (build it with recipes.registry.build_recipe, "
+                "or call bind_chat)"
+            )
+        return _Chat(self.chat_client, self.endpoint)
 
     # -- eligibility ------------------------------------------------------------------
 
@@ -303,6 +277,17 @@ class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
             },
             details,
         )
+
+
+class _Chat:
+    """The recipe's endpoint on the injected client."""
+
+    def __init__(self, client: ChatClient, endpoint: ChatEndpoint) -> None:
+        self.client = client
+        self.endpoint = endpoint
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> str:
+        return self.client.complete(self.endpoint, messages, max_tokens=max_tokens)
 
 
 def failing(samples: tuple[Sample, ...], config: ProposerConfig) -> list[Sample]:

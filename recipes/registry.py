@@ -8,6 +8,14 @@ validated here, once, at start: an unknown key or a wrong type raises
 :class:`~recipes.errors.RecipeConfigError` naming the key. A recipe that uses the
 deployment's own settings (``harness_evolve`` calls its upstream) has
 ``bind_deployment(settings)``, called here at start too.
+
+The registry is where a recipe meets its effects: a recipe that trains through the
+:class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``: it has
+``bind_backend``) gets the backend passed in, by default the in-process torch backend
+(:class:`trainers.backends.inprocess.InProcessBackend`, torch-free until it trains); one
+that talks to a model through the :class:`~recipes.chat.ChatClient` port
+(``harness_evolve``: it has ``bind_chat``) gets the HTTP client
+(:class:`trainers.backends.chat.HttpChatClient`) unless another is passed.
 """
 
 from __future__ import annotations
@@ -20,8 +28,12 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 
 from recipes.base import Recipe
+from recipes.chat import ChatBound, ChatClient
 from recipes.errors import RecipeConfigError
+from recipes.training import BackendBound, TrainingBackend
 from reef.settings import Settings
+from trainers.backends.chat import HttpChatClient
+from trainers.backends.inprocess import InProcessBackend
 
 BUILTIN: dict[str, str] = {
     "core": "recipes.core:CoreRecipe",
@@ -73,19 +85,43 @@ def read_section(path: Path) -> dict[str, Any]:
 
 
 def build_recipe(
-    name: str, data: Mapping[str, Any] | None = None, *, base_dir: Path | None = None
+    name: str,
+    data: Mapping[str, Any] | None = None,
+    *,
+    base_dir: Path | None = None,
+    backend: TrainingBackend | None = None,
+    chat: ChatClient | None = None,
 ) -> Recipe[Any]:
-    """Resolve ``name`` and validate its configuration (RecipeConfigError names the key)."""
+    """Resolve ``name`` and validate its configuration (RecipeConfigError names the key);
+    a recipe with ``bind_backend`` gets ``backend`` (default: the in-process one), one
+    with ``bind_chat`` gets ``chat`` (default: the HTTP client)."""
     cls = recipe_class(name)
     config = cls.parse_config(_dashes(dict(data or {})), base_dir=base_dir)
-    return cls(config)
+    recipe = cls(config)
+    if isinstance(recipe, BackendBound):
+        recipe.bind_backend(backend if backend is not None else InProcessBackend())
+    if isinstance(recipe, ChatBound):
+        recipe.bind_chat(chat if chat is not None else HttpChatClient())
+    return recipe
 
 
-def recipe_from_settings(settings: Settings, config_file: Path | None = None) -> Recipe[Any]:
+def recipe_from_settings(
+    settings: Settings,
+    config_file: Path | None = None,
+    *,
+    backend: TrainingBackend | None = None,
+    chat: ChatClient | None = None,
+) -> Recipe[Any]:
     """The deployment's recipe, configured from ``recipe_config`` (else ``config_file``)."""
     path = settings.recipe_config or config_file
     data = read_section(path) if path is not None else {}
-    recipe = build_recipe(settings.recipe, data, base_dir=path.parent if path else None)
+    recipe = build_recipe(
+        settings.recipe,
+        data,
+        base_dir=path.parent if path else None,
+        backend=backend,
+        chat=chat,
+    )
     if isinstance(recipe, DeploymentBound):
         recipe.bind_deployment(settings)
     return recipe

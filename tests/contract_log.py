@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 
 import pytest
 
@@ -20,6 +20,13 @@ from reef.log.base import EventLog, LogRecord, PendingAppend, Position
 from reef.log.partitioner import partition_for
 
 READ_TIMEOUT = 20.0
+
+
+def _closable(records: AsyncIterator[LogRecord]) -> AsyncGenerator[LogRecord, None]:
+    """``EventLog.read`` as what it is in every implementation: an async generator (closed
+    with ``aclose()``, as :func:`contextlib.aclosing` needs)."""
+    assert isinstance(records, AsyncGenerator), type(records)
+    return records
 
 
 async def read_all(
@@ -34,7 +41,7 @@ async def read_all(
     out: list[LogRecord] = []
     async with asyncio.timeout(timeout):
         async with contextlib.aclosing(
-            log.read(topic, start=start, partitions=partitions, follow=False)
+            _closable(log.read(topic, start=start, partitions=partitions, follow=False))
         ) as records:
             async for record in records:
                 out.append(record)
@@ -53,7 +60,9 @@ async def read_following(
     """The first ``count`` records a following read yields."""
     out: list[LogRecord] = []
     async with asyncio.timeout(timeout):
-        async with contextlib.aclosing(log.read(topic, start=start, follow=True)) as records:
+        async with contextlib.aclosing(
+            _closable(log.read(topic, start=start, follow=True))
+        ) as records:
             if started is not None:
                 started.set()
             async for record in records:
@@ -139,7 +148,9 @@ class LogContract:
         for pending, position in zip(batch, positions, strict=True):
             record = stored[(position.partition, position.offset)]
             assert (record.key, record.value, record.headers) == (
-                pending.key, pending.value, tuple(pending.headers)
+                pending.key,
+                pending.value,
+                tuple(pending.headers),
             )
 
     async def test_empty_batch(self, log: EventLog, topic: str) -> None:
@@ -221,7 +232,7 @@ class LogContract:
         await log.append_many([PendingAppend(topic, b"k", b"%d" % i) for i in range(3)])
         seen = []
         async with asyncio.timeout(READ_TIMEOUT):
-            async with contextlib.aclosing(log.read(topic)) as records:
+            async with contextlib.aclosing(_closable(log.read(topic))) as records:
                 async for record in records:
                     seen.append(record.value)
                     if len(seen) == 1:
@@ -329,4 +340,3 @@ class LogContract:
             assert abs(record.timestamp_ms - now_ms) < 120_000
         record = stored[(single.partition, single.offset)]
         assert (record.key, record.value, record.headers) == (b"single", b"\x00", (("x", b"y"),))
-

@@ -10,6 +10,7 @@
     │   ├── LogUnavailableError     cannot record right now (HTTP 503); nothing was written
     │   └── UnknownTopicError       the topic does not exist
     ├── StackError                  the local development stack (Kafka, S3) failed
+    │   └── ProcessStartError       a process of a test deployment did not start (reef.testing)
     ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
     ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
     ├── TrainerError                a trainer cannot go on (trainers.consumer)

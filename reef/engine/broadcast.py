@@ -31,7 +31,7 @@ import torch.distributed as dist
 from reef.engine import engine_client as calls
 from reef.engine.engine_client import EngineClient, UpdateResult
 from reef.engine.errors import EngineUnavailableError, WeightPublishError
-from reef.engine.weights import dtype_name
+from reef.modelkit.weights import dtype_name
 
 DEFAULT_GROUP = "weight_update_group"
 

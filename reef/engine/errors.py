@@ -9,29 +9,31 @@
         ├── WeightPublishError      the trainer side of a weight broadcast failed
         └── EngineUnavailableError  an engine could not be reached or answered nonsense
 
+``EngineError``, ``WeightLoadError`` and ``AdapterError`` are defined in
+:mod:`reef.modelkit.errors` (the model kit below the engine raises them) and imported
+here: this module is where the engine's errors are imported from.
+
 The engine answers every control request with SGLang's ``{success: false, message}``
 shape instead of raising past its routes; clients raise these on transport errors.
 """
 
 from __future__ import annotations
 
-from reef.core.errors import ReefError
+from reef.modelkit.errors import AdapterError, EngineError, WeightLoadError
 
-
-class EngineError(ReefError):
-    """The serving engine or a client of its control API failed."""
-
-
-class WeightLoadError(EngineError):
-    """New weights were rejected (missing path, name or shape mismatch); nothing was swapped."""
+__all__ = [
+    "AdapterError",
+    "ContextTooLongError",
+    "EngineError",
+    "EngineUnavailableError",
+    "WeightLoadError",
+    "WeightPublishError",
+    "WeightsGroupError",
+]
 
 
 class ContextTooLongError(EngineError):
     """The prompt is empty or does not fit the model's context window."""
-
-
-class AdapterError(EngineError):
-    """A LoRA adapter could not be loaded, unloaded, or is not loaded."""
 
 
 class WeightsGroupError(EngineError):

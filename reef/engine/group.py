@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from reef.engine.errors import WeightsGroupError
 from reef.engine.protocol import InitWeightsUpdateGroupReqInput
-from reef.engine.weights import dtype_from_name
+from reef.modelkit.weights import dtype_from_name
 
 BACKENDS: Final = ("gloo", "nccl")
 

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reef.engine.errors import WeightLoadError
 from reef.engine.model import EngineModel
-from reef.engine.tiny import BUILTIN_MODELS, build_model, build_tokenizer
+from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer
 
 DEFAULT_CONTEXT = 2048
 

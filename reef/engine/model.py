@@ -6,8 +6,8 @@ snapshot's module, so it sees one weight version from its first token to its las
 Write side (one update at a time, under ``_updating``):
 
 1. read and check the new weights (names, shapes) against the current base;
-2. build the new module(s) off to the side (:func:`reef.engine.weights.with_weights`,
-   :func:`reef.engine.adapters.merge_adapter`) — requests keep running meanwhile;
+2. build the new module(s) off to the side (:func:`reef.modelkit.weights.with_weights`,
+   :func:`reef.modelkit.adapters.merge_adapter`) — requests keep running meanwhile;
 3. publish: assign the new snapshot under ``_lock`` — one reference, so a request sees
    either all of the old version (module + ``weight_version``) or all of the new one.
 
@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from reef.engine.adapters import merge_adapter
 from reef.engine.errors import AdapterError
-from reef.engine.tiny import BUILTIN_MODELS, build_model
-from reef.engine.weights import (
+from reef.modelkit.adapters import merge_adapter
+from reef.modelkit.tiny import BUILTIN_MODELS, build_model
+from reef.modelkit.weights import (
     check_compatible,
     complete_tied,
     is_adapter_dir,

@@ -1,6 +1,6 @@
 """The local development and test stack: Kafka (KRaft) and an S3-compatible store.
 
-``reef stack up|down|status|env`` drives it (see :mod:`reef.stack.cli`); the
+``reef stack up|down|status|env`` drives it (see :mod:`reef.cli.stack`); the
 pytest fixtures in ``tests/stack_plugin.py`` start it lazily.
 """
 

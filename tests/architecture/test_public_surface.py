@@ -52,8 +52,10 @@ def command_tree(command: click.Command, name: str) -> dict[str, Any]:
         "params": [_param(p) for p in command.params],
     }
     if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        subs = {name: command.get_command(ctx, name) for name in command.list_commands(ctx)}
         node["commands"] = [
-            command_tree(sub, sub_name) for sub_name, sub in sorted(command.commands.items())
+            command_tree(sub, name) for name, sub in sorted(subs.items()) if sub is not None
         ]
     return node
 

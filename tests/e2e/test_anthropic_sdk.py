@@ -10,7 +10,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.e2e.conftest import RECEIPT, ReefServer, marker, unique_scenario
+from tests.support.api import RECEIPT, marker, unique_scenario
+from tests.support.reef_server import ReefServer
 
 MODEL = "claude-test"
 
@@ -170,7 +171,8 @@ async def test_async_client(reef_server: ReefServer, scenario: str) -> None:
             messages=user("Return exactly: async claude"),  # type: ignore[arg-type]
         )
     assert RECEIPT.match(raw.headers["x-reef-agent-record-id"])
-    message = raw.parse()
-    if inspect.isawaitable(message):
-        message = await message
-    assert message.content[0].text == "async claude"  # type: ignore[union-attr]
+    parsed: object = raw.parse()  # awaitable or not, depending on the SDK's version
+    message = await parsed if inspect.isawaitable(parsed) else parsed
+    assert isinstance(message, anthropic.types.Message), message
+    block = message.content[0]
+    assert isinstance(block, anthropic.types.TextBlock) and block.text == "async claude"

@@ -12,18 +12,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
-    ReefServer,
+from reef.testing.servers import UpstreamProcess, clean_env, free_port, reef_executable
+from tests.support.api import (
     assert_anthropic_error,
     assert_openai_error,
     assert_reef_error,
     chat_body,
     error_shape_for,
-    launch,
     messages_body,
     unique_scenario,
 )
-from tests.support.servers import UpstreamProcess, clean_env, free_port, reef_executable
+from tests.support.reef_server import ReefServer, launch
 
 SCOPES = ("inference", "report", "read", "admin")
 

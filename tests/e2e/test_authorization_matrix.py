@@ -37,15 +37,8 @@ import pytest
 
 from reef.core.topics import LOG_TOPICS, RELEASES, SAMPLES
 from reef.log.kafka import delete_prefixed_topics
-from tests.e2e.conftest import (
-    Offsets,
-    ReefFactory,
-    ReefServer,
-    chat_body,
-    end_offsets,
-    error_shape_for,
-    messages_body,
-)
+from tests.support.api import chat_body, error_shape_for, messages_body
+from tests.support.reef_server import Offsets, ReefFactory, ReefServer, end_offsets
 
 SCOPES = ("inference", "report", "read", "admin")
 #: every topic and table the API appends to (data keys included); the processors'

@@ -7,11 +7,8 @@ upstream failures use a scenario created beforehand (its creation is not the poi
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,19 +17,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
-    ReefFactory,
-    ReefServer,
+from reef.testing.servers import UpstreamProcess, dead_url, free_port, run_reef
+from tests.support.api import (
     assert_openai_error,
     assert_reef_error,
     chat_body,
     error_shape_for,
-    launch,
     marker,
     messages_body,
     unique_scenario,
 )
-from tests.support.servers import UpstreamProcess, dead_url, free_port, run_reef
+from tests.support.disk import fill_disk, tiny_tmpfs
+from tests.support.reef_server import ReefFactory, ReefServer, launch
 
 MAX_BODY = 4096
 READ_TIMEOUT_S = 1.5
@@ -136,7 +132,8 @@ def test_invalid_scenario_header_is_400(reef_server: ReefServer, name: str | byt
         response = client.post(
             "/v1/chat/completions",
             json=chat_body("hello"),
-            headers={**reef_server.headers(), "x-reef-scenario": name},
+            # httpx takes str and bytes values alike; its stub wants one kind
+            headers={**reef_server.headers(), "x-reef-scenario": name},  # type: ignore[arg-type]
         )
     assert_openai_error(response, 400)
     reef_server.assert_nothing_written(before)
@@ -338,36 +335,6 @@ def test_upstream_timeout_is_504(reef_server: ReefServer, stream: bool) -> None:
 
 # ---------------------------------------------------------------------------
 # Log down: Reef never serves an exchange it cannot record
-
-
-def fill_disk(path: Path) -> None:
-    """Write until the file system is full, down to the last free byte."""
-    with path.open("wb", buffering=0) as out:
-        for size in (1 << 16, 1 << 12, 1):
-            block = b"\0" * size
-            try:
-                while True:
-                    out.write(block)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_log_down_is_503_embedded(upstream: UpstreamProcess, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import LOG_KINDS
-from tests.support.servers import run_reef
+from reef.testing.servers import run_reef
+from tests.support.reef_server import LOG_KINDS
 
 TOKEN = "tok-print-config-secret"
 UPSTREAM_KEY = "sk-print-config-secret"

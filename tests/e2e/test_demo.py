@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import clean_env
+from reef.testing.servers import clean_env
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

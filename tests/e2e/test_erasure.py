@@ -34,7 +34,7 @@ import httpx
 import pytest
 
 from reef.core import topics
-from reef.core.events import SampleJoined
+from reef.core.events import InferenceRecorded, SampleJoined
 from reef.crypto.rings import open_keyring
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
@@ -42,10 +42,10 @@ from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import StoredEvent
 from reef.stack import kafka as stack_kafka
 from reef.stack.paths import StackSettings
+from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 from reef.wiring import readable_store
-from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
-from tests.e2e.test_releases import start_streams
-from tests.support.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
+from tests.support.api import assert_reef_error, chat_body, unique_scenario
+from tests.support.streams import start_streams
 
 TIMEOUT = 60.0
 
@@ -172,18 +172,18 @@ def deployment(
     if request.param == "embedded":
         state = work / "state"
         flags = ["--state-dir", str(state)]
-        process = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
+        served = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
         try:
             yield Deployment(
                 "embedded",
-                process,
+                served,
                 token,
                 scenario,
                 flags,
                 lambda: EmbeddedLog(state / "log.sqlite3"),
             )
         finally:
-            process.stop()
+            served.stop()
         return
     bootstrap = request.getfixturevalue("kafka_bootstrap")
     prefix = f"t-erasure-{uuid.uuid4().hex[:10]}-"
@@ -194,7 +194,7 @@ def deployment(
     created = run_reef("topics", "create", *flags, env=env)
     assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
     worker = start_streams(bootstrap, prefix, work / "streams")
-    process = None
+    process: ReefProcess | None = None
     try:
         process = start_reef([*kafka, "--upstream-url", upstream.v1_url], env=env, state_dir=state)
         worker.wait_ready()
@@ -348,7 +348,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
         assert secret not in everything, f"{secret!r} in a file under {state_dir.parent}"
     if dep.name == "embedded":
         assert keys[kept_b.receipt] in everything
-    assert claimed is not None and claimed.sealed
+    assert isinstance(claimed, InferenceRecorded) and claimed.sealed
 
     # -- records API: erased are a marker without content; the others read in full ------
     with dep.client() as client:
@@ -378,7 +378,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     two = samples[two_records].event
     assert isinstance(two, SampleJoined) and two.references == [erased_a.receipt, kept_b.receipt]
     for stored in samples.values():
-        assert stored.event is not None
+        assert isinstance(stored.event, SampleJoined), stored
         for secret in gone:
             assert secret.decode() not in stored.event.trajectory_json
 

@@ -39,10 +39,11 @@ import pytest
 from recipes.harness_edits import compose
 from recipes.harness_evolve import PROPOSER_MARKER
 from recipes.tasks import exact
-from tests.e2e.conftest import LOG_KINDS, unique_scenario
+from reef.testing.servers import UpstreamProcess, running_upstream
+from tests.support.api import unique_scenario
 from tests.support.harness_upstream import MALFORMED, RULE, USELESS
 from tests.support.learning import LearningDeployment, learning_deployment
-from tests.support.servers import UpstreamProcess, running_upstream
+from tests.support.reef_server import LOG_KINDS
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,9 @@ import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails h
 
 from reef.core import topics
 from reef.core.events import EngineLoaded
-from tests.e2e.conftest import unique_scenario
-from tests.e2e.test_learning import (
+from tests.support.api import unique_scenario
+from tests.support.learning import learning_deployment
+from tests.support.learning_loop import (
     TOKEN,
     TRAIN,
     TRAIN_BATCH,
@@ -36,8 +37,7 @@ from tests.e2e.test_learning import (
     learn_until_target,
     write_recipe,
 )
-from tests.engine.test_sidecar import events
-from tests.support.learning import learning_deployment
+from tests.support.sidecar import events
 
 pytestmark = pytest.mark.slow
 

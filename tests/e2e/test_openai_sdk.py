@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.e2e.conftest import RECEIPT, ReefServer, marker, unique_scenario
+from tests.support.api import RECEIPT, marker, unique_scenario
+from tests.support.reef_server import ReefServer
 
 
 @pytest.fixture

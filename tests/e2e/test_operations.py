@@ -35,7 +35,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -54,7 +54,6 @@ from reef.core.events import (
     EngineLoaded,
     Event,
     ReleaseCommitted,
-    ReleaseProposed,
     ReleaseRejected,
     ReportRejected,
     SampleJoined,
@@ -63,15 +62,11 @@ from reef.core.events import (
 from reef.core.ids import EMPTY_CONTENT_ID, new_receipt, release_id
 from reef.core.join import JoinProcessor
 from reef.core.state import DictState
-from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import EventStore, StoredEvent
 from reef.services.replay import _all_records
-from reef.wiring import readable_store
-from streams.host import READY_LINE
-from tests.e2e.conftest import chat_body, unique_scenario
-from tests.support.servers import (
+from reef.testing.servers import (
     ManagedProcess,
     ReefProcess,
     UpstreamProcess,
@@ -80,6 +75,8 @@ from tests.support.servers import (
     run_reef,
     start_reef,
 )
+from streams.host import READY_LINE
+from tests.support.deployment import Deployment
 
 #: a stopped worker's partitions are handed over quickly
 WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
@@ -87,179 +84,6 @@ WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-# ---------------------------------------------------------------------------
-# A deployment seen from the test: its API, its log, its artifact store
-
-
-@dataclass
-class Deployment:
-    process: ReefProcess
-    admin: str
-    reader: str
-    new_log: Callable[[], EventLog]
-    content: ContentStore
-    #: the flags every CLI command needs to find this deployment's log
-    log_flags: list[str]
-    decide_timeout: float = 30.0
-
-    @property
-    def base_url(self) -> str:
-        return self.process.base_url
-
-    @property
-    def state_dir(self) -> Path:
-        return self.process.state_dir
-
-    def client(self, scenario: str | None = None, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token or self.admin}"}
-        if scenario is not None:
-            headers["x-reef-scenario"] = scenario
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60.0)
-
-    def alive(self) -> None:
-        assert self.process.managed.running(), f"reef serve died\n{self.process.output()}"
-
-    # -- the log ---------------------------------------------------------------
-
-    def stored(self, topic: str, raw: bool = False) -> list[StoredEvent]:
-        """The topic's events; sealed bodies opened unless ``raw`` (as stored)."""
-
-        async def read() -> list[StoredEvent]:
-            log = self.new_log()
-            await log.start()
-            try:
-                async with readable_store(log) as store:
-                    return [s async for s in store.read(topic, raw=raw)]
-            finally:
-                await log.close()
-
-        found: list[StoredEvent] = _run(read())
-        assert all(s.event is not None for s in found), [s.error for s in found if s.error]
-        return found
-
-    def events(self, topic: str) -> list[Event]:
-        return [s.event for s in self.stored(topic) if s.event is not None]
-
-    def append(self, *events: Event) -> None:
-        async def write() -> None:
-            log = self.new_log()
-            await log.start()
-            try:
-                await EventStore(log).append_all(list(events))
-            finally:
-                await log.close()
-
-        _run(write())
-
-    # -- the API ---------------------------------------------------------------
-
-    def create_scenario(self, prefix: str) -> str:
-        name = unique_scenario(prefix)
-        with self.client() as client:
-            response = client.post("/reef/scenarios", json={"name": name})
-        assert response.status_code == 201, response.text
-        return name
-
-    def infer(self, scenario: str, text: str) -> str:
-        with self.client(scenario) as client:
-            response = client.post("/v1/chat/completions", json=chat_body(text))
-        assert response.status_code == 200, response.text
-        receipt: str = response.headers["x-reef-agent-record-id"]
-        return receipt
-
-    def report(self, scenario: str, references: list[str], score: float = 1.0) -> str:
-        body = {"score": score, "feedback": {"note": "ops"}, "references": references}
-        with self.client(scenario) as client:
-            response = client.post("/reef/report", json=body)
-        assert response.status_code == 200, response.text
-        report_id: str = response.json()["agent_record_id"]
-        return report_id
-
-    def fate(self, scenario: str, report_id: str) -> dict[str, Any]:
-        with self.client(scenario, self.reader) as client:
-            response = client.get(f"/reef/reports/{report_id}")
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    def wait_fates(self, reports: dict[str, str]) -> dict[str, dict[str, Any]]:
-        """{report id: scenario} → {report id: fate}, once none is pending."""
-        deadline = time.monotonic() + self.decide_timeout
-        while True:
-            fates = {rid: self.fate(scenario, rid) for rid, scenario in reports.items()}
-            if all(f["status"] != "pending" for f in fates.values()):
-                return fates
-            self.alive()
-            assert time.monotonic() < deadline, f"fates not decided in time: {fates}"
-            time.sleep(0.2)
-
-    def releases(self, scenario: str) -> dict[str, Any]:
-        with self.client(token=self.reader) as client:
-            response = client.get(f"/reef/scenarios/{scenario}/releases")
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    def head(self, scenario: str) -> dict[str, Any]:
-        listed: list[dict[str, Any]] = self.releases(scenario)["releases"]
-        (current,) = [r for r in listed if r["current"]]
-        return current
-
-    def wait_release(self, scenario: str, wanted: str) -> dict[str, Any]:
-        deadline = time.monotonic() + self.decide_timeout
-        while True:
-            listed: list[dict[str, Any]] = self.releases(scenario)["releases"]
-            for release in listed:
-                if release["release_id"] == wanted:
-                    return release
-            self.alive()
-            assert time.monotonic() < deadline, f"release {wanted} not committed in time"
-            time.sleep(0.1)
-
-    def propose_training(
-        self, scenario: str, content_id: str, sample_ids: Sequence[str], parent: str | None = None
-    ) -> tuple[str, dict[str, Any] | None]:
-        """Append ReleaseProposed as a trainer would; (proposal id, the commit or None).
-
-        With ``parent`` given (a stale one), nothing is waited for: the chain rejects it.
-        """
-        stale = parent is not None
-        parent = parent or self.head(scenario)["release_id"]
-        proposal_id = uuid.uuid4().hex
-        self.append(
-            ReleaseProposed(
-                event_id=proposal_id,
-                scenario=scenario,
-                occurred_at=utc_now(),
-                producer="ops-test-trainer",
-                proposal_id=proposal_id,
-                parent_release_id=parent,
-                content_id=content_id,
-                operation="training",
-                metrics_json=json.dumps({"reward": 0.75}),
-                sample_ids=list(sample_ids),
-            )
-        )
-        if stale:
-            return proposal_id, None
-        expected = release_id(scenario, parent, content_id, "training")
-        return proposal_id, self.wait_release(scenario, expected)
-
-    def rollback(self, scenario: str, target: str) -> dict[str, Any]:
-        with self.client() as client:
-            response = client.post(
-                f"/reef/scenarios/{scenario}/rollback", json={"release_id": target}
-            )
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    def cli(
-        self, *args: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return run_reef(*args, *self.log_flags, env=env)
 
 
 # ---------------------------------------------------------------------------
@@ -329,11 +153,10 @@ def run_workload(dep: Deployment, prefix: str) -> History:
     files_2 = {"adapter/weights.bin": os.urandom(48 * 1024), "system_prompt.md": b"You are v2.\n"}
     content_1 = dep.content.publish_files(dict(files_1))
     content_2 = dep.content.publish_files(dict(files_2))
-    _, train_1 = dep.propose_training(a, content_1, [samples[consumed_1]])
-    _, train_2 = dep.propose_training(a, content_2, [samples[consumed_2]])
-    assert train_1 is not None and train_2 is not None
+    train_1 = dep.propose_training(a, content_1, [samples[consumed_1]])
+    train_2 = dep.propose_training(a, content_2, [samples[consumed_2]])
     # a trainer that lost the race: its parent is no longer the head
-    stale, _ = dep.propose_training(
+    stale = dep.propose(
         a, dep.content.publish_files({"late.md": "late"}), [], parent=train_1["release_id"]
     )
     rolled_back = dep.rollback(a, train_1["release_id"])
@@ -399,9 +222,10 @@ def embedded(
     )
     try:
         yield Deployment(
+            name="embedded",
             process=process,
-            admin=admin,
-            reader=reader,
+            admin_token=admin,
+            read_token=reader,
             new_log=lambda: EmbeddedLog(state_dir / "log.sqlite3"),
             content=ContentStore(LocalArtifactStore.in_state_dir(state_dir)),
             log_flags=["--state-dir", str(state_dir)],
@@ -867,7 +691,7 @@ def test_export_jsonl_and_since(embedded: Deployment, history: History, tmp_path
 
 
 def scrape(dep: Deployment) -> dict[str, Any]:
-    with dep.client(token=dep.reader) as client:
+    with dep.client(token=dep.read_token) as client:
         response = client.get("/metrics")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
@@ -942,14 +766,14 @@ def test_metrics_show_every_family(embedded: Deployment, history: History) -> No
         time.sleep(0.2)
     assert loads[(("outcome", "loaded"),)] > 0
 
-    with embedded.client(token=embedded.reader) as client:
+    with embedded.client(token=embedded.read_token) as client:
         answer = client.get("/reef/status")
     assert answer.status_code == 200, answer.text
     assert answer.json()["samples_pending"] == values(scrape(embedded)["reef_samples_pending"])[()]
 
 
 def test_reef_status_renders(embedded: Deployment, history: History) -> None:
-    with embedded.client(token=embedded.reader) as client:
+    with embedded.client(token=embedded.read_token) as client:
         body = client.get("/reef/status").json()
     info = body["scenarios"][history.a]
     assert info["head_release_id"] == history.rolled_back["release_id"]
@@ -961,7 +785,7 @@ def test_reef_status_renders(embedded: Deployment, history: History) -> None:
         "--url",
         embedded.base_url,
         "--token",
-        embedded.reader,
+        embedded.read_token,
         env={"COLUMNS": "200"},
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
@@ -972,7 +796,7 @@ def test_reef_status_renders(embedded: Deployment, history: History) -> None:
     for processor in ("join", "chain"):
         assert processor in out
 
-    by_env = run_reef("status", "--url", embedded.base_url, env={"REEF_TOKEN": embedded.reader})
+    by_env = run_reef("status", "--url", embedded.base_url, env={"REEF_TOKEN": embedded.read_token})
     assert by_env.returncode == 0, by_env.stderr
     refused = run_reef("status", "--url", embedded.base_url, "--token", "wrong")
     assert refused.returncode == 1 and "401" in refused.stderr
@@ -1082,7 +906,7 @@ def per_scenario(events: list[Event]) -> dict[str, list[Event]]:
 
 
 def status_digest(dep: Deployment) -> str:
-    with dep.client(token=dep.reader) as client:
+    with dep.client(token=dep.read_token) as client:
         response = client.get("/reef/status")
     assert response.status_code == 200, response.text
     body = response.json()
@@ -1115,9 +939,10 @@ def test_disaster_recovery_from_kafka_alone(
         )
         processes.append(process)
         return Deployment(
+            name="kafka",
             process=process,
-            admin=admin,
-            reader=reader,
+            admin_token=admin,
+            read_token=reader,
             new_log=lambda: KafkaLog(
                 kafka_bootstrap, topic_prefix=prefix, client_id="reef-ops-test"
             ),
@@ -1136,7 +961,7 @@ def test_disaster_recovery_from_kafka_alone(
         fates = {rid: first.fate(s, rid) for rid, s in history.reports.items()}
         samples = positioned(first)
         digest = status_digest(first)
-        assert heads[history.a]["releases"][0]["release_id"] == history.rolled_back["release_id"]
+        assert heads[history.a][0]["release_id"] == history.rolled_back["release_id"]
         assert Counter(type(e).__name__ for e in samples.values()) == {
             "SampleJoined": 4,
             "ReportRejected": 3,

@@ -29,14 +29,9 @@ import pytest
 
 from reef.core.events import ReleaseCommitted, ReportSubmitted, SampleJoined
 from reef.core.topics import RELEASES, REPORTS, SAMPLES
-from tests.e2e.conftest import (
-    ReefServer,
-    assert_reef_error,
-    chat_body,
-    launch,
-    unique_scenario,
-)
-from tests.support.servers import UpstreamProcess
+from reef.testing.servers import UpstreamProcess
+from tests.support.api import assert_reef_error, chat_body, unique_scenario
+from tests.support.reef_server import ReefServer, launch
 
 RATE = 0.02  # one report per 50 s: no refill within a test
 TOKEN_BURST = 2

@@ -14,7 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import RECEIPT, ReefServer
+from tests.support.api import RECEIPT
+from tests.support.reef_server import ReefServer
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port, run_reef
+from reef.testing.servers import free_port, run_reef
 
 pytestmark = pytest.mark.slow
 

@@ -10,15 +10,8 @@ import pytest
 
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
-from tests.e2e.conftest import (
-    RECEIPT,
-    ReefFactory,
-    ReefServer,
-    chat_body,
-    marker,
-    messages_body,
-    unique_scenario,
-)
+from tests.support.api import RECEIPT, chat_body, marker, messages_body, unique_scenario
+from tests.support.reef_server import ReefFactory, ReefServer
 
 
 @pytest.fixture(scope="module")

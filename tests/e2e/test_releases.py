@@ -27,8 +27,7 @@ import secrets
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,32 +40,28 @@ from reef.artifacts import (
     Manifest,
     ManifestEntry,
     UnsafePathError,
-    materialise,
     open_store,
 )
 from reef.artifacts.content import ContentStore, IncompleteContentError
 from reef.codec import EventCodec
 from reef.core import topics
-from reef.core.events import InferenceRecorded, ReleaseProposed, utc_now
+from reef.core.events import InferenceRecorded
 from reef.core.ids import release_id as chain_release_id
-from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.log.partitioner import partition_for
-from reef.services.eventstore import EventStore
 from reef.settings import Settings
-from reef.wiring import readable_store
-from streams.host import READY_LINE
-from tests.e2e.conftest import assert_reef_error, chat_body, unique_scenario
-from tests.support.servers import (
-    ManagedProcess,
+from reef.testing.servers import (
     ReefProcess,
     UpstreamProcess,
     clean_env,
-    reef_executable,
     run_reef,
     start_reef,
 )
+from reef.wiring import readable_store
+from tests.support.api import assert_reef_error, chat_body, unique_scenario
+from tests.support.deployment import Deployment, tree_files
+from tests.support.streams import start_streams
 
 SEED_FILES = {
     "system_prompt.md": "You are the seed agent.\nBe brief.\n",
@@ -74,136 +69,10 @@ SEED_FILES = {
 }
 WEIGHT_BYTES = 3 * 1024 * 1024 + 17  # not a multiple of any chunk size
 #: a stopped worker's partitions are handed over quickly
-WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
 
 
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-# ---------------------------------------------------------------------------
-# A deployment: one server, its artifact store and its log, seen from the test
-
-
-@dataclass
-class Deployment:
-    name: str
-    process: ReefProcess
-    admin_token: str
-    read_token: str
-    content: ContentStore
-    new_log: Callable[[], EventLog]
-    #: how long a proposal may take to be decided (the chain runs elsewhere on Kafka)
-    decide_timeout: float = 30.0
-
-    @property
-    def base_url(self) -> str:
-        return self.process.base_url
-
-    @property
-    def state_dir(self) -> Path:
-        return self.process.state_dir
-
-    def client(
-        self, token: str | None = "", scenario: str | None = None, timeout: float = 60.0
-    ) -> httpx.Client:
-        """``token=""``: the admin token; None: no Authorization header."""
-        chosen = self.admin_token if token == "" else token
-        headers = {"Authorization": f"Bearer {chosen}"} if chosen is not None else {}
-        if scenario is not None:
-            headers["x-reef-scenario"] = scenario
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
-
-    def alive(self) -> None:
-        assert self.process.managed.running(), f"reef serve died\n{self.process.output()}"
-
-    # -- scenarios and releases ------------------------------------------------
-
-    def create_scenario(self, prefix: str) -> str:
-        name = unique_scenario(prefix)
-        with self.client() as client:
-            response = client.post("/reef/scenarios", json={"name": name})
-        assert response.status_code == 201, response.text
-        return name
-
-    def releases(self, scenario: str) -> list[dict[str, Any]]:
-        with self.client() as client:
-            response = client.get(f"/reef/scenarios/{scenario}/releases")
-        assert response.status_code == 200, response.text
-        found: list[dict[str, Any]] = response.json()["releases"]
-        return found
-
-    def head(self, scenario: str) -> dict[str, Any]:
-        (current,) = [r for r in self.releases(scenario) if r["current"]]
-        return current
-
-    def propose_training(
-        self, scenario: str, content_id: str, *, pending: bool = False
-    ) -> dict[str, Any]:
-        """Append ReleaseProposed as a trainer would (parent: the current head); the commit."""
-        parent = self.head(scenario)["release_id"]
-        proposal_id = uuid.uuid4().hex
-        event = ReleaseProposed(
-            event_id=proposal_id,
-            scenario=scenario,
-            occurred_at=utc_now(),
-            producer="test-trainer",
-            proposal_id=proposal_id,
-            parent_release_id=parent,
-            content_id=content_id,
-            operation="training",
-            metrics_json=json.dumps({"reward": 0.5}),
-            pending=pending,
-        )
-
-        async def append() -> None:
-            log = self.new_log()
-            await log.start()
-            try:
-                await EventStore(log).append(event)
-            finally:
-                await log.close()
-
-        _run(append())
-        expected = chain_release_id(scenario, parent, content_id, "training")
-        release = self.wait_release(scenario, expected)
-        assert release["parent_release_id"] == parent
-        assert release["content_id"] == content_id
-        assert release["operation"] == "training"
-        assert release["pending"] is pending
-        assert release["current"] is not pending
-        return release
-
-    def wait_release(self, scenario: str, release_id: str) -> dict[str, Any]:
-        deadline = time.monotonic() + self.decide_timeout
-        while True:
-            for release in self.releases(scenario):
-                if release["release_id"] == release_id:
-                    return release
-            self.alive()
-            assert time.monotonic() < deadline, f"release {release_id} not committed in time"
-            time.sleep(0.1)
-
-    def republish(self, scenario: str, operation: str, release_id: str) -> httpx.Response:
-        with self.client(timeout=self.decide_timeout + 30) as client:
-            return client.post(
-                f"/reef/scenarios/{scenario}/{operation}", json={"release_id": release_id}
-            )
-
-    def materialise(self, content_id: str, dest: Path) -> dict[str, bytes]:
-        """The release tree written out by :func:`materialise`, as {path: bytes}."""
-        materialise(self.content.store, self.content.load(content_id), dest)
-        return tree_files(dest)
-
-
-def tree_files(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
-    found = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if rel.split("/")[0] in skip or not path.is_file():
-            continue
-        found[rel] = path.read_bytes()
-    return found
 
 
 def server_env(admin: str, reader: str, extra: dict[str, str]) -> dict[str, str]:
@@ -251,49 +120,6 @@ def embedded(
         yield deployment
     finally:
         process.stop()
-
-
-@dataclass
-class StreamsWorker:
-    managed: ManagedProcess
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        began = time.monotonic()
-        while True:
-            text = self.managed.stdout_text() + self.managed.stderr_text()
-            if READY_LINE in text:
-                return
-            if not self.managed.running():
-                pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")
-            if time.monotonic() - began > timeout:
-                pytest.fail(f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}")
-            time.sleep(0.2)
-
-
-def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
-    """``reef streams`` in its own working directory (its data dir is there)."""
-    argv = [
-        reef_executable(),
-        "streams",
-        "--log",
-        "kafka",
-        "--kafka-bootstrap",
-        bootstrap,
-        "--kafka-topic-prefix",
-        prefix,
-    ]
-    work_dir.mkdir(parents=True, exist_ok=True)
-    out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        process = subprocess.Popen(
-            argv,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            env=clean_env(WORKER_ENV),
-            cwd=work_dir,
-        )
-    return StreamsWorker(ManagedProcess(argv, process, out, err))
 
 
 @pytest.fixture(scope="module")
@@ -462,7 +288,7 @@ def test_harness_serves_the_head_or_a_pinned_release(embedded: Deployment) -> No
     assert seeded.json()["release_id"] == creation["release_id"]
     assert seeded.headers["x-reef-release-id"] == creation["release_id"]
 
-    changed = {
+    changed: dict[str, bytes | str] = {
         "system_prompt.md": "You are the trained agent.\nBe precise.\n",
         "skills/a.md": "# Skill A\nSay hello, politely.\n",
         "skills/b.md": "# Skill B\nSay goodbye. ✓\n",

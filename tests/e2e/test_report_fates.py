@@ -18,7 +18,8 @@ import pytest
 from reef.core.events import ReportRejected, SampleJoined
 from reef.core.ids import scenario_tag
 from reef.core.topics import SAMPLES
-from tests.e2e.conftest import ReefServer, chat_body, unique_scenario
+from tests.support.api import chat_body, unique_scenario
+from tests.support.reef_server import ReefServer
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,8 @@ import pytest
 
 from reef.core.events import ReportSubmitted, ScenarioCreated
 from reef.core.topics import REPORTS, SCENARIOS
-from tests.e2e.conftest import (
-    RECEIPT,
-    ReefFactory,
-    ReefServer,
-    assert_reef_error,
-    chat_body,
-    unique_scenario,
-)
+from tests.support.api import RECEIPT, assert_reef_error, chat_body, unique_scenario
+from tests.support.reef_server import ReefFactory, ReefServer
 
 
 def infer(server: ReefServer, scenario: str, text: str = "hi") -> tuple[str, str]:

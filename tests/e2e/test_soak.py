@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import REPO_ROOT, clean_env
+from reef.testing.servers import REPO_ROOT, clean_env
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import chat_body, unique_scenario
-from tests.support.servers import ReefProcess, UpstreamProcess, running_reef
+from reef.testing.servers import ReefProcess, UpstreamProcess, running_reef
+from tests.support.api import chat_body, unique_scenario
 
 pytestmark = pytest.mark.slow
 

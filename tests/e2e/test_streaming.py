@@ -20,14 +20,8 @@ import pytest
 
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
-from tests.e2e.conftest import (
-    RECEIPT,
-    ReefFactory,
-    ReefServer,
-    chat_body,
-    messages_body,
-    unique_scenario,
-)
+from tests.support.api import RECEIPT, chat_body, messages_body, unique_scenario
+from tests.support.reef_server import ReefFactory, ReefServer
 
 MODEL = "claude-test"
 
@@ -305,9 +299,9 @@ def test_messages_stream_that_breaks_gets_no_receipt_and_is_stored_incomplete(
     assert not any(e.type == "message_stop" for e in events)
     stored = anthropic_server.wait_for(INFERENCE, scenario)
     assert len(stored) == 1, stored
-    (event,) = stored
-    assert isinstance(event, InferenceRecorded)
-    assert event.complete is False and event.stream is True
+    (recorded,) = stored
+    assert isinstance(recorded, InferenceRecorded)
+    assert recorded.complete is False and recorded.stream is True
 
 
 def test_messages_stream_upstream_rate_limit_is_relayed(

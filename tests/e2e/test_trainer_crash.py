@@ -31,19 +31,20 @@ import pytest
 from reef.core.events import Event, ReleaseCommitted, ReleaseRejected, SampleJoined
 from reef.core.topics import RELEASES, SAMPLES
 from reef.services.eventstore import EventStore
-from tests.e2e.conftest import unique_scenario
+from reef.testing.servers import ManagedProcess, UpstreamProcess
+from tests.support.api import unique_scenario
 from tests.support.learning import (
+    RECIPE,
     LearningDeployment,
     kafka_flags,
     learning_deployment,
     record_corrections,
     start_trainer,
+    wait_for_line,
 )
-from tests.support.servers import ManagedProcess, UpstreamProcess
 
 pytestmark = pytest.mark.slow
 
-RECIPE = "tests.support.fake_recipe:FakeRecipe"
 SAMPLES_TOTAL = 40
 BATCH = 4
 TOKEN = "reef-crash-token"
@@ -138,17 +139,6 @@ def trainer_process(
         else []
     )
     return start_trainer(flags, deployment.state_dir, env, log_dir, f"trainer-{n}")
-
-
-def wait_for_line(process: ManagedProcess, text: str, after: int, timeout: float = 90.0) -> None:
-    """Poll (every 10 ms) until ``text`` occurs more than ``after`` times in stderr."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.running(), process.output()
-        if process.stderr_text().count(text) > after:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"no {text!r} within {timeout}s\n{process.output()}")
 
 
 def test_sigkill_mid_step_loses_nothing_and_trains_nothing_twice(

@@ -9,22 +9,24 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
+import pydantic
 import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from reef.engine.engine_client import EngineClient
 from reef.engine.errors import EngineUnavailableError
-from tests.engine.conftest import (
+from reef.testing.servers import dead_url
+from tests.support.engine import (
     PROMPT,
     EngineProcess,
     WeightSets,
     greedy,
     running_engine,
 )
-from tests.support.servers import dead_url
 
 MODEL_INFO_KEYS = {
     "model_path",
@@ -134,7 +136,7 @@ def test_generate_logprobs_are_per_output_token(engine: EngineProcess, http: htt
 
 
 def test_generate_from_input_ids_matches_text(engine: EngineProcess, http: httpx.Client) -> None:
-    from reef.engine.tiny import build_tokenizer
+    from reef.modelkit.tiny import build_tokenizer
 
     by_text = greedy(http, engine.url, max_new_tokens=8)
     ids = build_tokenizer().encode(PROMPT)
@@ -188,14 +190,28 @@ def test_generate_stop_string_ends_and_is_trimmed(
 # -- OpenAI chat completions ----------------------------------------------------------
 
 
-def _chat(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion:
+def _chat(
+    sdk: openai.OpenAI,
+    *,
+    logprobs: bool | openai.Omit = openai.omit,
+    top_logprobs: int | openai.Omit = openai.omit,
+    n: int | openai.Omit = openai.omit,
+) -> openai.types.chat.ChatCompletion:
     return sdk.chat.completions.create(
         model="tiny",
         messages=[{"role": "user", "content": "Return exactly: hello"}],
         temperature=0,
         max_tokens=10,
-        **extra,  # type: ignore[arg-type]
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        n=n,
     )
+
+
+def _extra(model: pydantic.BaseModel) -> dict[str, Any]:
+    """The fields the engine adds beyond OpenAI's schema (``weight_version``, ``meta_info``)."""
+    assert model.model_extra is not None
+    return model.model_extra
 
 
 def test_chat_completion_buffered(sdk: openai.OpenAI) -> None:
@@ -216,13 +232,15 @@ def test_chat_completion_buffered(sdk: openai.OpenAI) -> None:
     assert completion.usage.total_tokens == (
         completion.usage.prompt_tokens + completion.usage.completion_tokens
     )
-    assert completion.model_extra["weight_version"] == "v0"
+    assert _extra(completion)["weight_version"] == "v0"
 
 
 def test_chat_completion_logprobs_and_token_exact_meta_info(sdk: openai.OpenAI) -> None:
     completion = _chat(sdk, logprobs=True, top_logprobs=2)
-    content = completion.choices[0].logprobs.content
-    meta = completion.model_extra["meta_info"]
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None
+    content = logprobs.content
+    meta = _extra(completion)["meta_info"]
     assert completion.usage is not None
     assert len(content) == len(meta["output_ids"]) == completion.usage.completion_tokens
     assert len(meta["input_ids"]) == completion.usage.prompt_tokens
@@ -248,8 +266,9 @@ def test_chat_completion_stream_matches_buffered(sdk: openai.OpenAI) -> None:
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == buffered.choices[0].finish_reason
     assert chunks[-1].usage is not None
+    assert buffered.usage is not None
     assert chunks[-1].usage.completion_tokens == buffered.usage.completion_tokens
-    assert {c.model_extra["weight_version"] for c in chunks} == {"v0"}
+    assert {_extra(c)["weight_version"] for c in chunks} == {"v0"}
 
 
 def test_chat_stream_sse_ends_with_done(engine: EngineProcess, http: httpx.Client) -> None:
@@ -494,8 +513,8 @@ def test_group_routes_fail_cleanly_without_a_group(
 def test_gloo_broadcast_publishes_weights(
     mutable: EngineProcess, http: httpx.Client, weight_sets: WeightSets
 ) -> None:
-    from reef.engine import tiny
     from reef.engine.broadcast import publish_weights
+    from reef.modelkit import tiny
 
     _update(http, mutable.url, str(weight_sets.seed_b), "b")
     served_b = greedy(http, mutable.url)

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
-from tests.engine.conftest import PROMPT, WeightSets, running_engine
+from tests.support.engine import PROMPT, WeightSets, running_engine
 
 pytestmark = pytest.mark.slow
 
@@ -141,8 +141,8 @@ def _appliers(mode: str, url: str, sets: WeightSets) -> dict[str, Callable[[str]
         return {"A": disk(sets.seed_a), "B": disk(sets.seed_b)}
     if mode == "lora":
         return {"A": disk(sets.seed_a), "B": disk(sets.adapter)}
-    from reef.engine import tiny
     from reef.engine.broadcast import publish_weights
+    from reef.modelkit import tiny
 
     models = {"A": tiny.build_model(), "B": tiny.build_model(seed=1)}
 

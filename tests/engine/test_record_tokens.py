@@ -11,8 +11,8 @@ import httpx
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
 from reef.log.embedded import EmbeddedLog
+from reef.testing.servers import running_reef
 from reef.wiring import readable_store
-from tests.support.servers import running_reef
 
 
 async def recorded(state_dir: Path) -> list[InferenceRecorded]:

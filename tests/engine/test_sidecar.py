@@ -26,7 +26,6 @@ own decoder (greedy, ``ignore_eos``), independent of any hot reload.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -47,24 +46,11 @@ from reef.artifacts import LocalArtifactStore
 from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import (
-    EngineLoaded,
     EngineLoadFailed,
-    Event,
     InferenceRecorded,
-    ReleaseCommitted,
-    ReleaseProposed,
-    ReleaseRejected,
-    utc_now,
 )
-from reef.log import running
-from reef.log.embedded import EmbeddedLog
-from reef.services.eventstore import EventStore
-from reef.wiring import readable_store
-from tests.engine.conftest import PROMPT
-from tests.support.servers import (
-    HOST,
+from reef.testing.servers import (
     ManagedProcess,
-    ProcessStartError,
     ReefProcess,
     clean_env,
     dead_url,
@@ -73,11 +59,32 @@ from tests.support.servers import (
     spawn,
     start_reef,
 )
+from tests.support.engine import PROMPT
+from tests.support.sidecar import (
+    MAX_TOKENS,
+    TOKEN,
+    Engine,
+    Fingerprint,
+    chat_body,
+    committed,
+    create_scenario,
+    engine_events,
+    events,
+    failed,
+    head_of,
+    loaded,
+    propose,
+    publish,
+    reef_client,
+    release,
+    scenario_status,
+    start_engine_on,
+    wait_engine_on,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "reef-sidecar-test-token"
-MAX_TOKENS = 16
 CLIENTS = 8
 #: a long generation (the tiny model's context is 1024 tokens)
 QUEUE_TOKENS = 900
@@ -91,20 +98,12 @@ SEEDS = {"BASE": 1234, "A": 1, "B": 2, "C": 3}
 # Weight sets and what they produce
 
 
-@dataclass(frozen=True)
-class Fingerprint:
-    """The greedy chat output of one weight set for :data:`PROMPT`."""
-
-    ids: tuple[int, ...]
-    text: str
-
-
 @pytest.fixture(scope="module")
 def fingerprints() -> dict[str, Fingerprint]:
     """Weight-set name → its output, computed here with the engine's decoder."""
-    from reef.engine import tiny
     from reef.engine.generation import Decoder, Sampling
     from reef.engine.loader import context_window, eos_ids
+    from reef.modelkit import tiny
 
     tokenizer = tiny.build_tokenizer()
     encoded = tokenizer.apply_chat_template(
@@ -112,7 +111,9 @@ def fingerprints() -> dict[str, Fingerprint]:
     )
     if isinstance(encoded, Mapping):
         encoded = encoded["input_ids"]
-    prompt_ids = [int(token) for token in encoded]
+    assert isinstance(encoded, list), encoded
+    # transformers types the tokens as int | str | list[int]; tokenize=True gives ints
+    prompt_ids = [int(token) for token in encoded]  # type: ignore[arg-type]
 
     def decode(ids: list[int]) -> str:
         return str(tokenizer.decode(ids, skip_special_tokens=True))
@@ -132,7 +133,7 @@ def fingerprints() -> dict[str, Fingerprint]:
 @pytest.fixture(scope="module")
 def weight_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Weight-set name → a Hugging Face folder of it (what a trainer would publish)."""
-    from reef.engine import tiny
+    from reef.modelkit import tiny
 
     root = tmp_path_factory.mktemp("sidecar-weights")
     return {
@@ -140,176 +141,6 @@ def weight_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for name, seed in SEEDS.items()
         if name != "BASE"
     }
-
-
-# ---------------------------------------------------------------------------
-# The log and the artifact store, as a trainer beside ``reef serve`` sees them
-
-
-def _log(state_dir: Path) -> EmbeddedLog:
-    return EmbeddedLog(state_dir / "log.sqlite3")
-
-
-def append(state_dir: Path, event: Event) -> None:
-    async def write() -> None:
-        async with running(_log(state_dir)) as log:
-            await EventStore(log).append(event)
-
-    asyncio.run(write())
-
-
-def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
-    async def read() -> list[Event]:
-        log = _log(state_dir)
-        try:
-            found = []
-            async with readable_store(log) as store:  # sealed bodies opened
-                async for stored in store.read(topic, scenario=scenario):
-                    assert stored.event is not None, f"undecodable record: {stored.error}"
-                    found.append(stored.event)
-            return found
-        finally:
-            await log.close()
-
-    result: list[Event] = asyncio.run(read())
-    return result
-
-
-def engine_events(state_dir: Path, scenario: str) -> list[Event]:
-    return events(state_dir, topics.ENGINE, scenario)
-
-
-def loaded(state_dir: Path, scenario: str, release: str) -> list[EngineLoaded]:
-    return [
-        e
-        for e in engine_events(state_dir, scenario)
-        if isinstance(e, EngineLoaded) and e.release_id == release
-    ]
-
-
-def failed(state_dir: Path, scenario: str, release: str) -> list[EngineLoadFailed]:
-    return [
-        e
-        for e in engine_events(state_dir, scenario)
-        if isinstance(e, EngineLoadFailed) and e.release_id == release
-    ]
-
-
-def content_store(state_dir: Path) -> ContentStore:
-    return ContentStore(LocalArtifactStore.in_state_dir(state_dir))
-
-
-def publish(state_dir: Path, folder: Path) -> str:
-    return content_store(state_dir).publish_dir(folder)
-
-
-def propose(state_dir: Path, scenario: str, parent: str, content_id: str) -> str:
-    """Append a training proposal on ``parent``; returns its proposal id."""
-    proposal = uuid.uuid4().hex
-    append(
-        state_dir,
-        ReleaseProposed(
-            event_id=f"proposal-{proposal}",
-            scenario=scenario,
-            occurred_at=utc_now(),
-            producer="sidecar-test-trainer",
-            proposal_id=proposal,
-            content_id=content_id,
-            operation="training",
-            parent_release_id=parent,
-        ),
-    )
-    return proposal
-
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.2
-) -> Any:
-    """Poll ``check`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
-
-
-def committed(state_dir: Path, scenario: str, proposal: str, timeout: float = 30.0) -> str:
-    """The release id the chain committed for ``proposal`` (fails on a rejection)."""
-
-    def decided() -> Event | None:
-        for event in events(state_dir, topics.RELEASES, scenario):
-            if isinstance(event, ReleaseCommitted | ReleaseRejected) and (
-                event.proposal_id == proposal
-            ):
-                return event
-        return None
-
-    decision = wait_until(f"the chain to decide {proposal}", decided, timeout)
-    assert isinstance(decision, ReleaseCommitted), decision
-    assert not decision.pending
-    return decision.release_id
-
-
-def release(state_dir: Path, scenario: str, parent: str, folder: Path) -> str:
-    """Publish ``folder`` and propose it on ``parent``; the committed release id."""
-    content_id = publish(state_dir, folder)
-    return committed(state_dir, scenario, propose(state_dir, scenario, parent, content_id))
-
-
-# ---------------------------------------------------------------------------
-# Reef's API
-
-
-def reef_client(reef: ReefProcess, timeout: float = 60.0) -> httpx.Client:
-    return httpx.Client(
-        base_url=reef.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=timeout
-    )
-
-
-def create_scenario(reef: ReefProcess, scenario: str) -> str:
-    """Create the scenario; its creation (base) release id."""
-    with reef_client(reef) as client:
-        response = client.post("/reef/scenarios", json={"name": scenario})
-    assert response.status_code == 201, response.text
-    head: str = response.json()["release_id"]
-    return head
-
-
-def scenario_status(reef: ReefProcess, scenario: str) -> dict[str, Any]:
-    with reef_client(reef) as client:
-        response = client.get("/reef/status")
-    response.raise_for_status()
-    found: dict[str, Any] = response.json()["scenarios"].get(scenario, {})
-    return found
-
-
-def head_of(reef: ReefProcess, scenario: str) -> str:
-    with reef_client(reef) as client:
-        response = client.get(f"/reef/scenarios/{scenario}/releases")
-    response.raise_for_status()
-    (current,) = [r for r in response.json()["releases"] if r["current"]]
-    head: str = current["release_id"]
-    return head
-
-
-def wait_engine_on(
-    reef: ReefProcess, scenario: str, engine_id: str, release_id: str, timeout: float = 90.0
-) -> None:
-    """Until GET /reef/status shows ``engine_id`` on ``release_id`` (from EngineLoaded)."""
-
-    def on_it() -> bool:
-        engine = scenario_status(reef, scenario).get("engines", {}).get(engine_id, {})
-        return engine.get("release_id") == release_id
-
-    try:
-        wait_until(f"engine {engine_id} on {release_id}", on_it, timeout, every=0.25)
-    except AssertionError:
-        raise AssertionError(f"{scenario_status(reef, scenario)}\n{reef.output()}") from None
-    engine = scenario_status(reef, scenario)["engines"][engine_id]
-    assert engine["weight_version"] == release_id, engine
 
 
 @dataclass(frozen=True)
@@ -324,18 +155,6 @@ class Answer:
     receipt: str | None
     started: float
     ended: float
-
-
-def chat_body(stream: bool, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
-    return {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": PROMPT}],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "logprobs": True,
-        "stream": stream,
-    }
 
 
 def ask(
@@ -448,44 +267,6 @@ def serve_local_engine(tmp_path: Path, scenario: str) -> ReefProcess:
     return start_reef(
         [], env=env, state_dir=tmp_path / "state", timeout=240.0, name="reef-local-engine"
     )
-
-
-@dataclass
-class Engine:
-    url: str
-    managed: ManagedProcess
-
-    def info(self) -> dict[str, Any]:
-        response = httpx.get(f"{self.url}/get_model_info", timeout=10.0)
-        response.raise_for_status()
-        body: dict[str, Any] = response.json()
-        return body
-
-    def chat(self) -> Fingerprint:
-        response = httpx.post(f"{self.url}/v1/chat/completions", json=chat_body(False), timeout=60)
-        response.raise_for_status()
-        body = response.json()
-        return Fingerprint(
-            tuple(body["meta_info"]["output_ids"]), body["choices"][0]["message"]["content"]
-        )
-
-
-def start_engine_on(port: int, log_dir: Path, name: str, timeout: float = 120.0) -> Engine:
-    """``reef engine --model tiny`` on ``port``, once ``/health`` answers."""
-    argv = [reef_executable(), "engine", "--model", "tiny", "--host", HOST, "--port", str(port)]
-    managed = spawn(argv, env=clean_env(), log_dir=log_dir, name=name)
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if not managed.running():
-                raise ProcessStartError(f"the engine exited during start-up\n{managed.output()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{url}/health").status_code == 200:
-                    return Engine(url, managed)
-            time.sleep(0.2)
-    managed.stop()
-    raise ProcessStartError(f"the engine did not get healthy\n{managed.output()}")
 
 
 @contextlib.contextmanager

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from reef.engine import tiny
-from reef.engine.adapters import merge_adapter
 from reef.engine.errors import AdapterError, WeightLoadError
-from reef.engine.weights import (
+from reef.modelkit import tiny
+from reef.modelkit.adapters import merge_adapter
+from reef.modelkit.weights import (
     check_compatible,
     dtype_from_name,
     read_safetensors_dir,
@@ -37,7 +39,7 @@ def test_check_compatible_names_the_problem() -> None:
         check_compatible(state, {**state, "lm_head.weight": torch.zeros(3, 64)})
 
 
-def test_missing_folder_is_a_weight_load_error(tmp_path) -> None:
+def test_missing_folder_is_a_weight_load_error(tmp_path: Path) -> None:
     with pytest.raises(WeightLoadError, match="does not exist"):
         read_safetensors_dir(tmp_path / "nope")
     with pytest.raises(WeightLoadError, match=r"no \*\.safetensors"):
@@ -51,11 +53,11 @@ def test_dtype_names_as_slime_sends_them() -> None:
         dtype_from_name("Tensor")
 
 
-def test_merge_adapter_leaves_the_base_untouched(tmp_path) -> None:
+def test_merge_adapter_leaves_the_base_untouched(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)
-    get_peft_model(tiny.build_model(), config).save_pretrained(tmp_path / "adapter")
+    get_peft_model(tiny.build_model(), config).save_pretrained(str(tmp_path / "adapter"))
     base = tiny.build_model()
     before = weights_digest(base)
     merged = merge_adapter(base, tmp_path / "adapter")
@@ -64,6 +66,6 @@ def test_merge_adapter_leaves_the_base_untouched(tmp_path) -> None:
     assert set(merged.state_dict()) == set(base.state_dict())
 
 
-def test_merge_adapter_rejects_a_folder_that_is_not_an_adapter(tmp_path) -> None:
+def test_merge_adapter_rejects_a_folder_that_is_not_an_adapter(tmp_path: Path) -> None:
     with pytest.raises(AdapterError, match="not a PEFT adapter"):
         merge_adapter(tiny.build_model(), tmp_path)

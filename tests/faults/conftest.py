@@ -5,77 +5,23 @@
   appends the row (JSON) to ``<tmp>/reef-faults/fault-table.jsonl``.
 * ``kafka_prefix`` (function): ``kafka_prefix(bootstrap)`` creates Reef's topics under a
   fresh prefix on that cluster and deletes them after the test.
-* :class:`StreamsWorker`: ``reef streams`` on Kafka in its own work dir, killable.
+* ``streams_worker`` (function): makes :class:`tests.support.faults.StreamsWorker`
+  (``reef streams`` on Kafka in its own work dir, killable), stopped after the test.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
 
-from reef.core import topics
-from reef.log.kafka import KafkaLog, delete_prefixed_topics
-from streams.host import READY_LINE
-from tests.support.servers import (
-    ManagedProcess,
-    UpstreamProcess,
-    clean_env,
-    reef_executable,
-    run_reef,
-    running_upstream,
-)
-
-TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
-
-#: a killed worker's static membership comes back at once; its session expires quickly;
-#: a worker whose input waits with no progress for 15 s exits (streams.watchdog)
-STREAMS_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6", "REEF_STREAMS_STALL_TIMEOUT_S": "15"}
-#: a supervised worker whose lag does not move for this long is killed and restarted (a
-#: backstop for the worker's own watchdog: a "wedged" crash means the watchdog missed it)
-STUCK_SECONDS = 45.0
-
-
-@dataclass(frozen=True)
-class FaultRow:
-    fault: str
-    load_rps: float  # requests offered per second during the fault
-    acknowledged: int  # receipts + reports acknowledged over the whole test
-    lost: int
-    duplicated: int
-    recover_s: float
-    notes: str = ""
-
-    def line(self) -> str:
-        return (
-            f"FAULT-TABLE | {self.fault} | {self.load_rps:.1f} req/s | "
-            f"{self.acknowledged} acknowledged | lost {self.lost} | "
-            f"duplicated {self.duplicated} | recovered in {self.recover_s:.1f} s | {self.notes}"
-        )
-
-
-@dataclass
-class FaultTable:
-    path: Path
-    echo: Callable[[str], None] = print
-    rows: list[FaultRow] = field(default_factory=list)
-
-    def record(self, row: FaultRow) -> None:
-        self.rows.append(row)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as out:
-            out.write(json.dumps({**asdict(row), "at": time.strftime("%FT%T")}) + "\n")
-        self.echo(row.line())
+from reef.log.kafka import delete_prefixed_topics
+from reef.testing.servers import run_reef
+from tests.support.faults import TABLE_FILE, FaultTable, StreamsWorker, kafka_flags
+from tests.support.reef_server import upstream_fixture  # noqa: F401  (a fixture, found here)
 
 
 @pytest.fixture(scope="session")
@@ -92,16 +38,6 @@ def fault_table(pytestconfig: pytest.Config) -> FaultTable:
             reporter.write_line(line)
 
     return FaultTable(TABLE_FILE, echo)
-
-
-@pytest.fixture(scope="session")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
-    with running_upstream(tmp_path_factory.mktemp("upstream")) as process:
-        yield process
-
-
-def kafka_flags(bootstrap: str, prefix: str) -> list[str]:
-    return ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
 
 
 @pytest.fixture
@@ -124,131 +60,6 @@ def kafka_prefix() -> Iterator[Callable[[str], str]]:
             print(f"could not delete topics {prefix}* on {bootstrap}: {exc!r}")
 
 
-def kafka_log_factory(bootstrap: str, prefix: str) -> Callable[[], KafkaLog]:
-    return lambda: KafkaLog(
-        bootstrap, topic_prefix=prefix, client_id="reef-fault-check", request_timeout_ms=10000
-    )
-
-
-@dataclass
-class StreamsWorker:
-    """``reef streams`` on Kafka, in its own work dir; killed and restarted by tests."""
-
-    bootstrap: str
-    prefix: str
-    work_dir: Path
-    managed: ManagedProcess | None = None
-    starts: int = 0
-    env: dict[str, str] = field(default_factory=lambda: dict(STREAMS_ENV))
-    #: why the worker exited on its own (each time ``supervise`` restarted it)
-    crashes: list[str] = field(default_factory=list)
-
-    def start(self) -> None:
-        self.starts += 1
-        argv = [reef_executable(), "streams", *kafka_flags(self.bootstrap, self.prefix)]
-        argv += ["--instance-id", f"{self.prefix}worker", "--loglevel", "info"]
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        out = self.work_dir / f"streams-{self.starts}.stdout.log"
-        err = self.work_dir / f"streams-{self.starts}.stderr.log"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            process = subprocess.Popen(
-                argv,
-                stdout=stdout,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                env=clean_env(self.env),
-                cwd=self.work_dir,
-            )
-        self.managed = ManagedProcess(argv, process, out, err)
-
-    def text(self) -> str:
-        assert self.managed is not None
-        return self.managed.stdout_text() + self.managed.stderr_text()
-
-    def wait_ready(self, timeout: float = 90.0) -> float:
-        assert self.managed is not None
-        began = time.monotonic()
-        while READY_LINE not in self.text():
-            assert self.managed.running(), f"reef streams exited\n{self.managed.output()}"
-            assert time.monotonic() - began < timeout, (
-                f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}"
-            )
-            time.sleep(0.2)
-        return time.monotonic() - began
-
-    def kill(self) -> None:
-        assert self.managed is not None
-        if self.managed.running():
-            os.kill(self.managed.pid, signal.SIGKILL)
-        self.managed.process.wait(30)
-
-    def running(self) -> bool:
-        return self.managed is not None and self.managed.running()
-
-    def supervise(self, max_crashes: int = 2) -> None:
-        """What a process supervisor does: restart a worker that exited on its own
-        (its last error line is kept in ``crashes``); fail past ``max_crashes``."""
-        if self.running():
-            return
-        if not (self.crashes and self.crashes[-1].startswith("wedged")):
-            lines = self.text().splitlines()
-            errors = [line for line in lines if "[CRITICAL]" in line] or [
-                line for line in lines if "[ERROR]" in line
-            ]
-            self.crashes.append(errors[0][:300] if errors else "exited without an error line")
-        assert len(self.crashes) <= max_crashes, (
-            f"reef streams keeps crashing: {self.crashes}\n{self.text()[-4000:]}"
-        )
-        self.start()
-        self.wait_ready()
-
-    def stop(self) -> None:
-        if self.managed is not None:
-            self.managed.stop(timeout=20)
-
-    def wait_caught_up(self, timeout: float = 60.0, *, supervised: bool = False) -> float:
-        """Until the worker's group committed every input record; seconds it took.
-        ``supervised``: a worker that exits meanwhile is restarted (see ``supervise``)."""
-        group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
-        inputs = (topics.SCENARIOS, topics.INFERENCE, topics.REPORTS, topics.RELEASE_PROPOSALS)
-
-        async def behind() -> dict[str, dict[int, int]]:
-            log = kafka_log_factory(self.bootstrap, self.prefix)()
-            await log.start()
-            try:
-                out = {}
-                for topic in inputs:
-                    ends = await log.end_offsets(topic)
-                    done = await log.committed(group, topic)
-                    lags = {p: end - done.get(p, 0) for p, end in ends.items()}
-                    if any(lags.values()):
-                        out[topic] = {p: lag for p, lag in lags.items() if lag}
-                return out
-            finally:
-                await log.close()
-
-        began = time.monotonic()
-        last_lag, moved_at = -1, began
-        while lagging := asyncio.run(behind()):
-            lag = sum(sum(by_partition.values()) for by_partition in lagging.values())
-            if lag != last_lag:
-                last_lag, moved_at = lag, time.monotonic()
-            if supervised and time.monotonic() - moved_at > STUCK_SECONDS and self.running():
-                # a liveness probe on the lag: Ready, alive, and no progress at all
-                self.crashes.append(f"wedged: alive but no progress for {STUCK_SECONDS:.0f} s")
-                self.kill()
-                moved_at = time.monotonic()
-            if supervised:
-                self.supervise()
-            assert self.managed is not None and self.managed.running(), self.managed.output()
-            assert time.monotonic() - began < timeout, (
-                f"worker behind (uncommitted records by partition): {lagging}\n"
-                f"{self.text()[-6000:]}"
-            )
-            time.sleep(0.5)
-        return time.monotonic() - began
-
-
 @pytest.fixture
 def streams_worker(tmp_path: Path) -> Iterator[Callable[[str, str], StreamsWorker]]:
     workers: list[StreamsWorker] = []
@@ -261,37 +72,3 @@ def streams_worker(tmp_path: Path) -> Iterator[Callable[[str, str], StreamsWorke
     yield make
     for worker in workers:
         worker.stop()
-
-
-# ---------------------------------------------------------------------------
-# Reef processes and the API, as the fault tests use them
-
-TOKEN = "reef-fault-token"
-
-
-def reef_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {
-        "REEF_TOKEN": TOKEN,
-        "REEF_UPSTREAM_API_KEY": f"sk-upstream-{uuid.uuid4().hex[:8]}",
-        **(extra or {}),
-    }
-
-
-def create_scenarios(base_url: str, count: int, prefix: str = "fault") -> list[str]:
-    """Create ``count`` scenarios through the API (no racing implicit creations)."""
-    import httpx
-
-    names = [f"{prefix}-{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as client:
-        for name in names:
-            response = client.post("/reef/scenarios", json={"name": name})
-            assert response.status_code == 201, response.text
-    return names
-
-
-def sigkill(managed: ManagedProcess) -> None:
-    """SIGKILL a process we started (no shutdown at all) and reap it."""
-    if managed.running():
-        os.kill(managed.pid, signal.SIGKILL)
-    managed.process.wait(30)

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from reef.log.embedded import EmbeddedLog
-from tests.e2e.test_bad_input import fill_disk, tiny_tmpfs
-from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import UpstreamProcess, start_reef
 from tests.support import consistency
-from tests.support.load import SteadyLoad
-from tests.support.servers import UpstreamProcess, start_reef
+from tests.support.disk import fill_disk, tiny_tmpfs
+from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 
 pytestmark = pytest.mark.slow
 

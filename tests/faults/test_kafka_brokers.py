@@ -30,7 +30,10 @@ from reef.core import topics
 from reef.stack import kafka as stack_kafka
 from reef.stack import process as stack_process
 from reef.stack.paths import load_settings
-from tests.faults.conftest import (
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import ReefProcess, UpstreamProcess, free_port, run_reef, start_reef
+from tests.support import consistency
+from tests.support.faults import (
     TOKEN,
     FaultRow,
     FaultTable,
@@ -40,9 +43,6 @@ from tests.faults.conftest import (
     kafka_log_factory,
     reef_env,
 )
-from tests.support import consistency
-from tests.support.load import SteadyLoad
-from tests.support.servers import ReefProcess, UpstreamProcess, free_port, run_reef, start_reef
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import (
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import ReefProcess, UpstreamProcess, start_reef
+from tests.support import consistency
+from tests.support.faults import (
     TOKEN,
     FaultRow,
     FaultTable,
@@ -31,9 +34,6 @@ from tests.faults.conftest import (
     reef_env,
     sigkill,
 )
-from tests.support import consistency
-from tests.support.load import SteadyLoad
-from tests.support.servers import ReefProcess, UpstreamProcess, start_reef
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

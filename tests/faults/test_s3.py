@@ -28,10 +28,10 @@ from reef.core import topics
 from reef.core.events import ReleaseCommitted, ReleaseProposed
 from reef.log.embedded import EmbeddedLog
 from reef.settings import Settings
-from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import UpstreamProcess, start_reef
 from tests.support import consistency
-from tests.support.load import SteadyLoad
-from tests.support.servers import UpstreamProcess, start_reef
+from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

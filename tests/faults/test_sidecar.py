@@ -19,26 +19,26 @@ import pytest
 from reef.core import topics
 from reef.core.events import InferenceRecorded
 from reef.log.embedded import EmbeddedLog
-from tests.engine.test_sidecar import (
-    TOKEN as SIDECAR_TOKEN,
-)
-from tests.engine.test_sidecar import (
-    create_scenario,
-    events,
-    release,
-    start_engine_on,
-    wait_engine_on,
-)
-from tests.faults.conftest import FaultRow, FaultTable, reef_env, sigkill
-from tests.support import consistency
-from tests.support.load import SteadyLoad
-from tests.support.servers import (
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import (
     ManagedProcess,
     clean_env,
     free_port,
     reef_executable,
     spawn,
     start_reef,
+)
+from tests.support import consistency
+from tests.support.faults import FaultRow, FaultTable, reef_env, sigkill
+from tests.support.sidecar import (
+    TOKEN as SIDECAR_TOKEN,
+)
+from tests.support.sidecar import (
+    create_scenario,
+    events,
+    release,
+    start_engine_on,
+    wait_engine_on,
 )
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ GAP_SECONDS = 4.0
 
 
 def test_sigkill_of_a_sidecar(fault_table: FaultTable, tmp_path: Path) -> None:
-    from reef.engine import tiny
+    from reef.modelkit import tiny
 
     folders = {
         name: tiny.save_tiny(tmp_path / f"w-{name}", seed=seed)

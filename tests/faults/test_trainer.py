@@ -19,12 +19,11 @@ import pytest
 from reef.core import topics
 from reef.core.events import ReleaseCommitted, SampleJoined
 from reef.log.embedded import EmbeddedLog
-from tests.e2e.test_trainer_crash import RECIPE, wait_for_line
-from tests.faults.conftest import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import ManagedProcess, UpstreamProcess, start_reef
 from tests.support import consistency
-from tests.support.learning import start_trainer
-from tests.support.load import SteadyLoad
-from tests.support.servers import ManagedProcess, UpstreamProcess, start_reef
+from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
+from tests.support.learning import RECIPE, start_trainer, wait_for_line
 
 pytestmark = pytest.mark.slow
 

@@ -12,23 +12,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import (  # noqa: F401  (fixtures re-used by this package)
+from reef.testing.servers import UpstreamProcess
+from tests.support.fuzzing import MAX_BODY, UPSTREAM_READ_TIMEOUT_S
+from tests.support.reef_server import (  # noqa: F401  (fixtures re-used by this package)
     ReefServer,
     _servers_stay_up,
     launch,
-    upstream,
+    upstream_fixture,
 )
-from tests.support.servers import UpstreamProcess
-
-MAX_BODY = 16 * 1024
-UPSTREAM_READ_TIMEOUT_S = 20.0
-#: a request that takes longer than this is a hang (the server answers in milliseconds)
-REQUEST_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="session")
 def fuzz_server(
-    upstream: UpstreamProcess,  # noqa: F811
+    upstream: UpstreamProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ReefServer]:
     server = launch(

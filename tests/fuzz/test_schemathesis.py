@@ -16,7 +16,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import pytest
@@ -26,13 +26,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Ok
+from schemathesis.schemas import APIOperation
 from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
 
-from tests.e2e.conftest import ReefServer, chat_body
-from tests.fuzz.conftest import REQUEST_TIMEOUT_S
+from tests.support.api import chat_body
+from tests.support.fuzzing import REQUEST_TIMEOUT_S
+from tests.support.reef_server import ReefServer
 
 MIN_CASES = 2000
 #: generated cases per operation and way (positive, pinned, negative)
@@ -79,7 +82,15 @@ def seed(server: ReefServer) -> Seed:
     return Seed(SEED_SCENARIO, receipts, SEED_REPORT, releases.json()["releases"][0]["release_id"])
 
 
-def pinned_values(operation: Any, known: Seed) -> dict[str, dict[str, Any]]:
+class Pinned(TypedDict, total=False):
+    """Keywords of ``APIOperation.as_strategy`` that pin values."""
+
+    path_parameters: dict[str, Any]
+    headers: dict[str, Any]
+    query: dict[str, Any]
+
+
+def pinned_values(operation: Any, known: Seed) -> Pinned:
     """Path and header values of ``operation`` taken from the seeded scenario."""
     names = set(re.findall(r"{(\w+)}", operation.path))
     path = {
@@ -87,9 +98,7 @@ def pinned_values(operation: Any, known: Seed) -> dict[str, dict[str, Any]]:
         "record_id": known.receipts[0],
         "report_id": known.report_id,
     }
-    out: dict[str, dict[str, Any]] = {
-        "path_parameters": {k: v for k, v in path.items() if k in names}
-    }
+    out: Pinned = {"path_parameters": {k: v for k, v in path.items() if k in names}}
     if "x-reef-scenario" in {p.name for p in operation.headers}:
         out["headers"] = {"x-reef-scenario": known.scenario}
     if "release_id" in {p.name for p in operation.query}:
@@ -139,7 +148,10 @@ def test_reef_routes_conform_to_their_schema(fuzz_server: ReefServer) -> None:
     schema = schemathesis.openapi.from_url(
         f"{fuzz_server.base_url}/openapi.json", timeout=REQUEST_TIMEOUT_S
     ).include(path_regex="^/reef/")
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations: list[APIOperation[Any, Any, Any, Any]] = []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result
+        operations.append(result.ok())
     labels = sorted(op.label for op in operations)
     assert len(operations) >= 12, labels
     auth = {"Authorization": f"Bearer {fuzz_server.token}"}

@@ -15,7 +15,7 @@ from reef.artifacts.s3 import S3ArtifactStore
 from tests.contract_artifacts import MIB, ArtifactStoreContract, file_ref, write_random_file
 
 if TYPE_CHECKING:
-    from tests.stack_plugin import S3Server
+    from tests.support.stack import S3Server
 
 pytestmark = pytest.mark.s3
 

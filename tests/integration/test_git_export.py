@@ -41,7 +41,7 @@ from reef.core.errors import RequestError
 from tests.contract_artifacts import fingerprint_tree
 
 if TYPE_CHECKING:
-    from tests.stack_plugin import S3Server
+    from tests.support.stack import S3Server
 
 SCENARIO = "support-bot"
 GENERATED = {".gitattributes", ".lfsconfig"}

@@ -12,6 +12,7 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -79,11 +80,20 @@ def scenario_names(count: int) -> list[str]:
     return names
 
 
+class Envelope(TypedDict):
+    """The fields every event shares."""
+
+    event_id: str
+    scenario: str
+    occurred_at: datetime
+    producer: str
+
+
 def events_for(scenarios: Sequence[str]) -> list[Event]:
     at = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
     out: list[Event] = []
     for i, scenario in enumerate(scenarios):
-        envelope = {
+        envelope: Envelope = {
             "event_id": f"evt-{i}",
             "scenario": scenario,
             "occurred_at": at + timedelta(milliseconds=i),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord
 
 pytestmark = pytest.mark.kafka
 
@@ -61,7 +62,8 @@ async def committed_offset(bootstrap: str, group_id: str, tp: TopicPartition) ->
     )
     await consumer.start()
     try:
-        return await consumer.committed(tp)
+        offset: int | None = await consumer.committed(tp)
+        return offset
     finally:
         await consumer.stop()
 
@@ -97,7 +99,7 @@ async def test_transaction_commits_output_and_consumer_offsets(
     try:
         consumer.assign([source_tp])
         await consumer.seek_to_beginning(source_tp)
-        inputs = []
+        inputs: list[ConsumerRecord[bytes, bytes]] = []
         async with asyncio.timeout(TIMEOUT):
             while len(inputs) < 3:
                 batch = await consumer.getmany(source_tp, timeout_ms=1000)

@@ -10,7 +10,7 @@ import pytest
 from minio.error import S3Error
 
 if TYPE_CHECKING:
-    from tests.stack_plugin import S3Server
+    from tests.support.stack import S3Server
 
 pytestmark = pytest.mark.s3
 

@@ -46,18 +46,8 @@ from reef.core.events import Event, ReleaseCommitted, ReleaseProposed, ReleaseRe
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
-from streams.host import READY_LINE
-from tests.support import consistency
-from tests.support.consumer_groups import GroupState, describe_group
-from tests.support.learning import (
-    LearningDeployment,
-    kafka_flags,
-    learning_deployment,
-    record_corrections,
-    start_trainer,
-)
-from tests.support.load import SteadyLoad
-from tests.support.servers import (
+from reef.testing.load import SteadyLoad
+from reef.testing.servers import (
     ManagedProcess,
     ReefProcess,
     UpstreamProcess,
@@ -67,6 +57,16 @@ from tests.support.servers import (
     running_upstream,
     spawn,
     start_reef,
+)
+from streams.host import READY_LINE
+from tests.support import consistency
+from tests.support.consumer_groups import GroupState, describe_group
+from tests.support.learning import (
+    LearningDeployment,
+    kafka_flags,
+    learning_deployment,
+    record_corrections,
+    start_trainer,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """A scripted upstream whose answers depend on the system prompt (``harness_evolve`` tests).
 
-The scripted stand-in of :mod:`tests.support.scripted_upstream` (same routes, request
+The scripted stand-in of :mod:`reef.testing.scripted_upstream` (same routes, request
 history at ``/_stub/requests``, ``ready <url>`` line), with chat completions answered
 as a tiny agent world::
 
@@ -34,7 +34,7 @@ from typing import Any, Final
 import orjson
 
 from recipes.harness_evolve import PROPOSER_MARKER
-from tests.support.scripted_upstream import (
+from reef.testing.scripted_upstream import (
     ROUTES,
     Exchange,
     Route,

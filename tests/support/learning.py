@@ -30,7 +30,7 @@ import httpx
 from reef.core.topics import SAMPLES
 from reef.log.base import EventLog
 from reef.log.kafka import delete_prefixed_topics
-from tests.support.servers import (
+from reef.testing.servers import (
     ManagedProcess,
     ReefProcess,
     clean_env,
@@ -40,6 +40,8 @@ from tests.support.servers import (
     start_reef,
 )
 
+#: the fake recipe (tests/support/fake_recipe.py) as a trainer names it
+RECIPE = "tests.support.fake_recipe:FakeRecipe"
 STATUS_EVERY_S = 1.0
 
 
@@ -192,16 +194,16 @@ def learning_deployment(
     with :func:`start_trainer`; on the embedded log ``env`` decides the in-process one)."""
     state = work / "state"
     if kind == "embedded":
-        reef = start_reef(
+        served = start_reef(
             list(reef_args), env=env, state_dir=state, timeout=240.0, name="reef-learning"
         )
         try:
-            yield LearningDeployment(kind, reef, token, group)
+            yield LearningDeployment(kind, served, token, group)
         finally:
-            reef.stop()
+            served.stop()
         return
 
-    from tests.e2e.test_releases import start_streams
+    from tests.support.streams import start_streams
 
     assert kafka_bootstrap is not None
     prefix = f"t-learn-{uuid.uuid4().hex[:10]}-"
@@ -258,3 +260,14 @@ def record_corrections(
                 "references": [answer.headers["x-reef-agent-record-id"]],
             }
             assert client.post("/reef/report", json=report).status_code in (200, 201, 202)
+
+
+def wait_for_line(process: ManagedProcess, text: str, after: int, timeout: float = 90.0) -> None:
+    """Poll (every 10 ms) until ``text`` occurs more than ``after`` times in stderr."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.running(), process.output()
+        if process.stderr_text().count(text) > after:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no {text!r} within {timeout}s\n{process.output()}")

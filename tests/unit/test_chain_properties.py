@@ -37,6 +37,7 @@ from reef.core.events import (
 )
 from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
 from reef.core.state import DictState, WriteBuffer
+from reef.testing.events import created, proposal
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIOS = ("alpha", "beta")
@@ -47,47 +48,6 @@ SAMPLES = tuple(f"sample-{i}" for i in range(4))
 
 # ---------------------------------------------------------------------------
 # Event builders
-
-
-def created(scenario: str, at: datetime, seed: str | None = None) -> ScenarioCreated:
-    return ScenarioCreated(
-        event_id=derived_id("scenario", scenario),
-        scenario=scenario,
-        occurred_at=at,
-        producer="test",
-        recipe="core",
-        initial_release_id=release_id(scenario, None, EMPTY_CONTENT_ID, "creation"),
-        seed_content_id=seed,
-    )
-
-
-def proposal(
-    scenario: str,
-    proposal_id: str,
-    parent: str | None,
-    content: str,
-    at: datetime,
-    *,
-    operation: str = "training",
-    target: str | None = None,
-    pending: bool = False,
-    samples: list[str] | None = None,
-    event_id: str | None = None,
-) -> ReleaseProposed:
-    return ReleaseProposed(
-        event_id=event_id or f"ev-{proposal_id}",
-        scenario=scenario,
-        occurred_at=at,
-        producer="test",
-        proposal_id=proposal_id,
-        content_id=content,
-        operation=operation,
-        parent_release_id=parent,
-        target_release_id=target,
-        metrics_json=json.dumps({"p": proposal_id}),
-        sample_ids=list(samples or []),
-        pending=pending,
-    )
 
 
 def snapshot(state: DictState) -> str:
@@ -332,9 +292,10 @@ def play(items: list[tuple[Any, ...]]) -> Run:
             _, scenario, intervene = item
             head = run.seen_head.get(scenario)
             content = f"candidate-{counter}"
-            (decision,) = run.feed(
-                proposal(scenario, next_id(), head, content, tick(), pending=True)
-            ) or [None]
+            decided: list[Event | None] = list(
+                run.feed(proposal(scenario, next_id(), head, content, tick(), pending=True))
+            )
+            (decision,) = decided or [None]
             if isinstance(decision, ReleaseCommitted):
                 if intervene:  # another release lands first: the promotion is stale
                     run.feed(
@@ -384,7 +345,9 @@ def check_chain(run: Run) -> None:
     outputs = [o for _, o in run.outputs]
     assert len({o.event_id for o in outputs}) == len(outputs), "an output id twice"
     # one decision per proposal id
-    decisions = Counter(o.proposal_id for o in outputs if not isinstance(o, ScenarioCreated))
+    decisions = Counter(
+        o.proposal_id for o in outputs if isinstance(o, ReleaseCommitted | ReleaseRejected)
+    )
     proposals = {e.proposal_id for e in run.inputs if isinstance(e, ReleaseProposed)}
     creations = {e.event_id for e in run.inputs if isinstance(e, ScenarioCreated)}
     assert set(decisions) == proposals | creations
@@ -429,7 +392,12 @@ def test_chain_is_a_single_line_over_random_proposals(
         items = [("create", "alpha"), ("create", "beta"), *items]
     run = play(items)
     for _, out in run.outputs:
-        note(out.reason if isinstance(out, ReleaseRejected) else f"committed {out.operation}")
+        assert isinstance(out, ReleaseCommitted | ReleaseRejected | ScenarioCreated), out
+        note(
+            out.reason
+            if isinstance(out, ReleaseRejected)
+            else f"committed {getattr(out, 'operation', 'creation')}"
+        )
     check_chain(run)
     for event in run.inputs:
         run.redeliver(event)
@@ -480,12 +448,13 @@ def test_a_proposal_on_the_head_commits_and_moves_the_head() -> None:
 def test_eight_proposers_on_one_parent_commit_exactly_one() -> None:
     chain, state, root = start()
     outs = [decide(chain, state, proposal(S, f"p{i}", root, f"c{i}", at(1))) for i in range(8)]
-    assert isinstance(outs[0], ReleaseCommitted)
-    rejected = outs[1:]
-    assert all(isinstance(o, ReleaseRejected) and o.reason == "stale_parent" for o in rejected)
-    assert {o.head_release_id for o in rejected} == {outs[0].release_id}  # type: ignore[union-attr]
+    winner = outs[0]
+    assert isinstance(winner, ReleaseCommitted)
+    rejected = [o for o in outs[1:] if isinstance(o, ReleaseRejected)]
+    assert len(rejected) == 7 and all(o.reason == "stale_parent" for o in rejected)
+    assert {o.head_release_id for o in rejected} == {winner.release_id}
     # a loser rebuilds on the new head and commits
-    retry = decide(chain, state, proposal(S, "p1b", outs[0].release_id, "c1", at(2)))  # type: ignore[union-attr]
+    retry = decide(chain, state, proposal(S, "p1b", winner.release_id, "c1", at(2)))
     assert isinstance(retry, ReleaseCommitted)
 
 
@@ -504,7 +473,8 @@ def test_unknown_scenario_invalid_operation_and_no_parent() -> None:
 def test_rollback_republishes_earlier_content_as_a_new_release() -> None:
     chain, state, root = start()
     first = decide(chain, state, proposal(S, "p1", root, "c1", at(1)))
-    second = decide(chain, state, proposal(S, "p2", first.release_id, "c2", at(2)))  # type: ignore[union-attr]
+    assert isinstance(first, ReleaseCommitted)
+    second = decide(chain, state, proposal(S, "p2", first.release_id, "c2", at(2)))
     assert isinstance(first, ReleaseCommitted) and isinstance(second, ReleaseCommitted)
     back = decide(
         chain,

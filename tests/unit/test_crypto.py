@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,9 @@ def test_trajectory_opens_per_record_and_marks_erased_turns() -> None:
     assert partial[1] == {"receipt": "rec-2", "request": None, "response": None, "erased": True}
     assert MARKER in json.dumps(partial[0])
     # plaintext (legacy) turns pass through untouched
-    legacy = [{"receipt": "old", "request": {"messages": []}, "response": None}]
+    legacy: list[dict[str, Any]] = [
+        {"receipt": "old", "request": {"messages": []}, "response": None}
+    ]
     assert open_trajectory(legacy, "s", {}) == (legacy, True)
 
 

@@ -34,10 +34,11 @@ def test_the_cluster_has_three_brokers_and_an_object_store() -> None:
 @pytest.mark.parametrize("name", sorted(reef_services()))
 def test_every_reef_service_runs_a_real_command_with_real_flags(name: str) -> None:
     command = reef_services()[name]["command"]
-    sub = main.commands.get(command[0])
+    sub = main.get_command(click.Context(main), command[0])
     assert isinstance(sub, click.Command), f"{name}: no `reef {command[0]}` command"
     if isinstance(sub, click.Group):
-        sub = sub.commands[command[1]]
+        sub = sub.get_command(click.Context(sub), command[1])
+        assert sub is not None, f"{name}: no `reef {command[0]} {command[1]}` command"
         command = command[1:]
     known = {opt for param in sub.params for opt in getattr(param, "opts", [])}
     flags = [arg for arg in command[1:] if arg.startswith("--")]

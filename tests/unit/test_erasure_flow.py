@@ -28,7 +28,7 @@ from reef.crypto import new_data_key
 from reef.crypto.bodies import seal_exchange
 from reef.crypto.rings import TableKeyRing
 from reef.services.eventstore import EventStore
-from tests.unit.test_trainer import FAKE, Harness, harness, running, until  # noqa: F401
+from tests.support.trainer_harness import Harness, until
 
 SCENARIO = "s"
 
@@ -102,8 +102,8 @@ def test_join_keeps_sealed_copies_and_rejects_reports_on_erased_records() -> Non
 
 
 async def test_trainer_skips_a_sample_whose_record_was_erased(
-    harness: Harness,  # noqa: F811
-    running: Any,  # noqa: F811
+    harness: Harness,
+    running: Any,
 ) -> None:
     await harness.log.ensure_topics(list(LOG_TOPICS))
     sealing = EventStore(harness.log, keys=TableKeyRing(harness.log))
@@ -133,10 +133,11 @@ async def test_trainer_skips_a_sample_whose_record_was_erased(
         await until(lambda: trainer.status()["samples_skipped"].get("erased") == 1)
     (release,) = await harness.committed()
     assert release.sample_ids == [samples[kept.event_id].event_id]
-    stored = [s async for s in sealing.read(SAMPLES)]
-    by_id = {s.event.event_id: s for s in stored if isinstance(s.event, SampleJoined)}
+    samples_stored = [s async for s in sealing.read(SAMPLES)]
+    by_id = {s.event.event_id: s for s in samples_stored if isinstance(s.event, SampleJoined)}
     assert by_id[samples[gone.event_id].event_id].erased
-    assert "re kept" in by_id[samples[kept.event_id].event_id].event.trajectory_json  # type: ignore[union-attr]
+    kept_sample = by_id[samples[kept.event_id].event_id].event
+    assert isinstance(kept_sample, SampleJoined) and "re kept" in kept_sample.trajectory_json
 
 
 def _fields(sample: SampleJoined) -> dict[str, Any]:

@@ -18,13 +18,13 @@ GROUPED = {"batching": {"group_by": "prompt_id", "group_size": 2, "batch_size": 
 
 
 def tiny() -> tuple[Any, Any]:
-    from reef.engine.tiny import build_model, build_tokenizer
+    from reef.modelkit.tiny import build_model, build_tokenizer
 
     return build_model(), build_tokenizer()
 
 
 def prompt_ids(tokenizer: Any, text: str) -> list[int]:
-    from trainers.torch_backend import prompt_ids as encode
+    from trainers.backends.torch_backend import prompt_ids as encode
 
     return encode(tokenizer, [{"role": "user", "content": text}])
 
@@ -95,7 +95,7 @@ def test_a_step_raises_the_better_answer_and_lowers_the_worse(tmp_path: Path) ->
     recipe = build_recipe("grpo", {**GROUPED, "training": {"steps": 3, "learning_rate": 3e-3}})
     candidate = recipe.produce(batch, Parent("r", "c", None), tmp_path / "candidate")
     assert candidate.metrics["ratio_first"] == pytest.approx(1.0, abs=1e-4)  # on-policy start
-    from trainers.torch_backend import load
+    from trainers.backends.torch_backend import load
 
     trained, _ = load(candidate.folder, "tiny")
     assert sum(logprobs(trained, prompt, good_out)) > before_good

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from reef.core.events import ReportRejected, SampleJoined
 from reef.core.ids import scenario_tag
-from tests.unit.test_join_properties import at, fresh, inference, only, receipt, report
+from reef.testing.events import inference, receipt, report
+from tests.support.join import at, fresh, only
 
 S = "alpha"
 COLLIDER = "crafted-collider"

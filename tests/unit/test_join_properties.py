@@ -20,7 +20,7 @@ import copy
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -28,11 +28,12 @@ from hypothesis import event as note
 from hypothesis import strategies as st
 
 from reef.core.events import Event, InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
-from reef.core.ids import content_hash, derived_id, scenario_tag
+from reef.core.ids import derived_id, scenario_tag
 from reef.core.join import JoinProcessor, JoinSettings
 from reef.core.state import DictState, WriteBuffer
+from reef.testing.events import chat_request, chat_response, inference, receipt, report
+from tests.support.join import T0, at, fresh, only
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIOS = ("alpha", "beta", "gamma")
 RELEASES = ("rel-a", "rel-b", "rel-c")
 PARK = timedelta(minutes=5)
@@ -41,72 +42,6 @@ FAR_FUTURE = timedelta(days=30)
 
 # ---------------------------------------------------------------------------
 # Event builders
-
-
-def receipt(scenario: str, n: int) -> str:
-    """A receipt of ``scenario`` (its 8-hex tag + 24 hex), deterministic in ``n``."""
-    return scenario_tag(scenario) + f"{n:024x}"
-
-
-def chat_request(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"model": "m", "messages": messages}
-
-
-def chat_response(text: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
-
-
-def inference(
-    scenario: str,
-    rec: str,
-    at: datetime,
-    *,
-    release: str = "rel-a",
-    complete: bool = True,
-    request: Any = None,
-    response: Any = None,
-) -> InferenceRecorded:
-    request = request if request is not None else chat_request([{"role": "user", "content": rec}])
-    response = response if response is not None else chat_response(f"answer {rec}")
-    return InferenceRecorded(
-        event_id=rec,
-        scenario=scenario,
-        occurred_at=at,
-        producer="test",
-        dialect="openai",
-        route="/v1/chat/completions",
-        release_id=release,
-        stream=False,
-        status=200 if complete else 502,
-        complete=complete,
-        latency_ms=1.0,
-        upstream_latency_ms=1.0,
-        request_json=json.dumps(request),
-        response_json=json.dumps(response) if complete else None,
-    )
-
-
-def report(
-    scenario: str,
-    report_id: str,
-    refs: list[str],
-    at: datetime,
-    *,
-    score: float = 1.0,
-    feedback: Any = "good",
-) -> ReportSubmitted:
-    content = {"score": score, "feedback": feedback, "references": refs, "metadata": {}}
-    return ReportSubmitted(
-        event_id=report_id,
-        scenario=scenario,
-        occurred_at=at,
-        producer="test",
-        score=score,
-        feedback_json=json.dumps(feedback),
-        references=list(refs),
-        metadata_json="{}",
-        content_hash=content_hash(content),
-    )
 
 
 def fate_ids(event: ReportSubmitted) -> tuple[str, str]:
@@ -318,9 +253,9 @@ def check_invariants(
 
     # where each receipt was recorded (complete), and which samples took it
     recorded_at: dict[str, int] = {}
-    for i, e in enumerate(run.inputs):
-        if isinstance(e, InferenceRecorded) and e.complete:
-            recorded_at.setdefault(e.event_id, i)
+    for i, recorded in enumerate(run.inputs):
+        if isinstance(recorded, InferenceRecorded) and recorded.complete:
+            recorded_at.setdefault(recorded.event_id, i)
     taken: dict[str, int] = {}  # receipt -> position of the sample that took it
     for position, (_, out) in enumerate(run.outputs):
         if isinstance(out, SampleJoined):
@@ -544,19 +479,6 @@ S = "demo"
 OTHER = "elsewhere"
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def fresh(**kwargs: Any) -> tuple[JoinProcessor, DictState]:
-    return JoinProcessor(JoinSettings(**kwargs)), DictState()
-
-
-def only(events: list[Event]) -> Event:
-    assert len(events) == 1, events
-    return events[0]
-
-
 def test_a_report_on_a_recorded_exchange_joins() -> None:
     join, state = fresh()
     a = receipt(S, 1)
@@ -687,7 +609,7 @@ def test_parked_reports_joining_the_same_receipt_are_decided_in_arrival_order() 
     assert join.step(state, report(S, "r2", [a], at(1))) == []
     out = join.step(state, inference(S, a, at(2)))
     assert [type(o).__name__ for o in out] == ["SampleJoined", "ReportRejected"]
-    assert out[0].report_id == "r1"
+    assert isinstance(out[0], SampleJoined) and out[0].report_id == "r1"
     assert isinstance(out[1], ReportRejected) and out[1].reason == "already_consumed"
 
 

@@ -14,7 +14,7 @@ from recipes.errors import RecipeConfigError, TrainingError
 from recipes.registry import build_recipe
 from recipes.sft import LLAMA_LINEAR_MODULES, LoraSettings, SftRecipe, SftTraining
 from reef.engine.model import EngineModel
-from reef.engine.tiny import build_model, build_tokenizer
+from reef.modelkit.tiny import build_model, build_tokenizer
 
 WORDS = ["cat", "dog", "bird", "fish", "lamb", "mole", "newt", "owl"]
 EXAMPLES = [([{"role": "user", "content": f"Return exactly: {w}"}], w) for w in WORDS]
@@ -27,13 +27,13 @@ def options(**lora: object) -> SftTraining:
 
 
 def train(parent: Path | None, out: Path, opts: SftTraining | None = None) -> dict[str, float]:
-    from trainers.lora import train_sft_lora
+    from trainers.backends.lora import train_sft_lora
 
     return train_sft_lora(parent, EXAMPLES, out, opts or options())
 
 
 def prompt_tensor() -> torch.Tensor:
-    from trainers.torch_backend import prompt_ids
+    from trainers.backends.torch_backend import prompt_ids
 
     return torch.tensor([prompt_ids(build_tokenizer(), EXAMPLES[0][0])])
 
@@ -100,7 +100,7 @@ def test_the_candidate_is_a_small_peft_adapter_loadable_by_peft_and_the_engine(
 ) -> None:
     from peft import PeftModel
 
-    from trainers.torch_backend import train_sft
+    from trainers.backends.torch_backend import train_sft
 
     metrics = train(None, tmp_path / "adapter")
     folder = tmp_path / "adapter"
@@ -150,7 +150,7 @@ def test_a_candidate_continues_its_parent_adapter(tmp_path: Path) -> None:
 
 
 def test_a_parent_that_does_not_fit_the_chain_fails_clearly(tmp_path: Path) -> None:
-    from trainers.torch_backend import train_sft
+    from trainers.backends.torch_backend import train_sft
 
     train(None, tmp_path / "r4")
     with pytest.raises(TrainingError, match=r"r 4 != 8"):
@@ -170,7 +170,7 @@ def test_the_recipe_produces_and_evaluates_an_adapter_as_the_engine_serves_it(
 ) -> None:
     from recipes.base import Batch, Parent
     from recipes.samples import Sample, Turn
-    from trainers.torch_backend import generate_greedy
+    from trainers.backends.torch_backend import generate_greedy
 
     tasks = [{"prompt": f"Return exactly: {w}", "answer": w} for w in WORDS]
     recipe = build_recipe(
@@ -215,7 +215,7 @@ def test_the_recipe_produces_and_evaluates_an_adapter_as_the_engine_serves_it(
 
 
 def _greedy(model: torch.nn.Module, conversations: list[list[dict[str, str]]], n: int) -> list[str]:
-    from trainers.torch_backend import _greedy_batch, prompt_ids
+    from trainers.backends.torch_backend import _greedy_batch, prompt_ids
 
     tokenizer = build_tokenizer()
     out = []

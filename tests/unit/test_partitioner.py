@@ -38,8 +38,24 @@ def fixed_keys() -> list[bytes]:
         keys.append(bytes(range(length)))
         keys.append(bytes(255 - i for i in range(length)))
         keys.append(b"\xff" * length)
-    for text in ["a", "ab", "abc", "abcd", "scenario-1", "日本", "ключ", "é", "😀", "a😀", "ab😀",
-                 "default", "golden-scenario", " ", "\u0000", "x" * 1000]:
+    for text in [
+        "a",
+        "ab",
+        "abc",
+        "abcd",
+        "scenario-1",
+        "日本",
+        "ключ",
+        "é",
+        "😀",
+        "a😀",
+        "ab😀",
+        "default",
+        "golden-scenario",
+        " ",
+        "\u0000",
+        "x" * 1000,
+    ]:
         keys.append(text.encode())
     return keys
 

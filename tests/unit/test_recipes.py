@@ -176,7 +176,7 @@ def test_recipes_and_the_trainer_import_without_torch() -> None:
 
     check = (
         "import sys, recipes.registry, recipes.sft, recipes.core, trainers.consumer, "
-        "trainers.runner, trainers.cli\n"
+        "trainers.runner, reef.cli.trainer\n"
         "print(','.join(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
     )
     result = subprocess.run(

@@ -37,7 +37,7 @@ from reef.codec import (
     schema_fingerprint,
 )
 from reef.core.events import EVENT_TYPES
-from tests.golden.generate import golden_events, golden_path
+from tests.support.golden import golden_events, golden_path
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = schema_dir()
@@ -97,8 +97,15 @@ def incompatibilities(reader: Any, writer: Any) -> list[str]:
     return problems
 
 
-def _compatible(reader: Any, writer: Any, r: _Side, w: _Side, rns: str | None, wns: str | None,
-                seen: set[tuple[str, str]]) -> bool:
+def _compatible(
+    reader: Any,
+    writer: Any,
+    r: _Side,
+    w: _Side,
+    rns: str | None,
+    wns: str | None,
+    seen: set[tuple[str, str]],
+) -> bool:
     found: list[str] = []
     _check(reader, writer, r, w, rns, wns, "", found, set(seen))
     return not found
@@ -123,15 +130,18 @@ def _check(
         for branch in writer:
             if isinstance(reader, list):
                 if not any(_compatible(rb, branch, r, w, rns, wns, seen) for rb in reader):
-                    problems.append(f"{where}: writer union branch {_show(branch)} has no "
-                                    f"matching reader branch in {_show(reader)}")
+                    problems.append(
+                        f"{where}: writer union branch {_show(branch)} has no "
+                        f"matching reader branch in {_show(reader)}"
+                    )
             else:
                 _check(reader, branch, r, w, rns, wns, path, problems, seen)
         return
     if isinstance(reader, list):
         if not any(_compatible(rb, writer, r, w, rns, wns, seen) for rb in reader):
-            problems.append(f"{where}: {_show(writer)} matches no branch of reader union "
-                            f"{_show(reader)}")
+            problems.append(
+                f"{where}: {_show(writer)} matches no branch of reader union {_show(reader)}"
+            )
         return
 
     rkind, wkind = reader["type"], writer["type"]
@@ -139,8 +149,10 @@ def _check(
         problems.append(f"{where}: type changed from {wkind} to {rkind}")
         return
     if reader.get("logicalType") != writer.get("logicalType"):
-        problems.append(f"{where}: logical type changed from {writer.get('logicalType')} "
-                        f"to {reader.get('logicalType')}")
+        problems.append(
+            f"{where}: logical type changed from {writer.get('logicalType')} "
+            f"to {reader.get('logicalType')}"
+        )
         return
 
     if rkind in ("record", "enum", "fixed"):
@@ -219,8 +231,10 @@ def sample_datum(schema: Any, variant: int, names: dict[str, Any] | None = None)
     if kind == "array":
         return [sample_datum(schema["items"], variant + i, names) for i in range(variant % 3 + 1)]
     if kind == "map":
-        return {f"k{i}": sample_datum(schema["values"], variant + i, names)
-                for i in range(variant % 3 + 1)}
+        return {
+            f"k{i}": sample_datum(schema["values"], variant + i, names)
+            for i in range(variant % 3 + 1)
+        }
     if kind == "enum":
         return schema["symbols"][variant % len(schema["symbols"])]
     if kind == "fixed":
@@ -276,7 +290,8 @@ def history_versions(type_name: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def current(type_name: str) -> dict[str, Any]:
-    return json.loads((SCHEMAS / f"{type_name}.avsc").read_text())
+    schema: dict[str, Any] = json.loads((SCHEMAS / f"{type_name}.avsc").read_text())
+    return schema
 
 
 def writer_versions() -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -375,7 +390,8 @@ def test_golden_payload_decodes_with_the_current_reader(type_name: str) -> None:
             assert got == getattr(expected, field.name), field.name
         else:  # added after the golden file was written: the reader's default
             reader_field = next(
-                f for f in codec.catalogue.current(type_name).schema["fields"]
+                f
+                for f in codec.catalogue.current(type_name).schema["fields"]
                 if f["name"] == field.name
             )
             assert got == reader_field["default"], field.name
@@ -403,7 +419,7 @@ BASE: dict[str, Any] = {
 
 
 def _evolve(**changes: Any) -> dict[str, Any]:
-    schema = json.loads(json.dumps(BASE))
+    schema: dict[str, Any] = json.loads(json.dumps(BASE))
     fields = {f["name"]: f for f in schema["fields"]}
     for name, new in changes.items():
         if new is None:
@@ -432,15 +448,27 @@ def _empirically_fails(reader: dict[str, Any], writer: dict[str, Any]) -> bool:
         (_evolve(count={"type": "string"}), "count: type changed from int to string"),
         (_evolve(id={"type": "int"}), "id: type changed from string to int"),
         (_evolve(note={"type": "string", "default": ""}), "note: type changed from null to string"),
-        (_evolve(tags={"type": {"type": "map", "values": "long"}, "default": {}}),
-         "tags{}: type changed from string to long"),
-        (_evolve(at={"type": {"type": "long", "logicalType": "timestamp-micros"}}),
-         "at: logical type changed"),
+        (
+            _evolve(tags={"type": {"type": "map", "values": "long"}, "default": {}}),
+            "tags{}: type changed from string to long",
+        ),
+        (
+            _evolve(at={"type": {"type": "long", "logicalType": "timestamp-micros"}}),
+            "at: logical type changed",
+        ),
         ({**BASE, "name": "Renamed"}, "record renamed from reef.events.Thing"),
         ({**BASE, "namespace": "reef.other"}, "record renamed from reef.events.Thing"),
     ],
-    ids=["new-field-no-default", "int-to-string", "string-to-int", "union-narrowed",
-         "map-values-changed", "logical-type-changed", "renamed", "namespace-changed"],
+    ids=[
+        "new-field-no-default",
+        "int-to-string",
+        "string-to-int",
+        "union-narrowed",
+        "map-values-changed",
+        "logical-type-changed",
+        "renamed",
+        "namespace-changed",
+    ],
 )
 def test_checker_rejects_incompatible_changes(reader: dict[str, Any], expected: str) -> None:
     problems = incompatibilities(reader, BASE)
@@ -477,8 +505,19 @@ def test_incompatible_changes_also_fail_empirically(reader: dict[str, Any]) -> N
         {**BASE, "name": "Renamed", "aliases": ["Thing"]},
         {**BASE, "doc": "docs do not matter"},
     ],
-    ids=["same", "optional-field", "array-with-default", "int-to-long", "int-to-double",
-         "into-union", "string-to-bytes", "field-removed", "field-alias", "record-alias", "doc"],
+    ids=[
+        "same",
+        "optional-field",
+        "array-with-default",
+        "int-to-long",
+        "int-to-double",
+        "into-union",
+        "string-to-bytes",
+        "field-removed",
+        "field-alias",
+        "record-alias",
+        "doc",
+    ],
 )
 def test_checker_accepts_compatible_changes(reader: dict[str, Any]) -> None:
     assert incompatibilities(reader, BASE) == []
@@ -487,7 +526,9 @@ def test_checker_accepts_compatible_changes(reader: dict[str, Any]) -> None:
 
 def test_checker_handles_enums_and_named_references() -> None:
     writer = {
-        "type": "record", "name": "R", "namespace": "n",
+        "type": "record",
+        "name": "R",
+        "namespace": "n",
         "fields": [
             {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
             {"name": "again", "type": "Kind"},

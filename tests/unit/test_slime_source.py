@@ -11,7 +11,7 @@ import pytest
 from recipes.base import Batch
 from recipes.errors import TrainingError
 from recipes.samples import Sample, Turn
-from trainers.slime_source import ReefRolloutSource, generate_rollout, slime_sample_class
+from trainers.backends.slime_source import ReefRolloutSource, generate_rollout, slime_sample_class
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.soak import percentile, plateau, slope_per_minute
+from reef.testing.stats import percentile, plateau, slope_per_minute
 
 
 def test_percentiles_are_nearest_rank() -> None:

@@ -21,12 +21,11 @@ from reef.hosts.embedded import EmbeddedRuntime, _create_state_table
 from reef.hosts.sqlite_state import SqliteState
 from reef.log.embedded import EmbeddedLog, connect
 from reef.services.eventstore import EventStore
-from tests.unit.test_embedded_runtime import (
+from tests.support.embedded_join import (
     check_consistent,
     check_fates,
     join_runtime,
     join_workload,
-    log,  # noqa: F401  (the fixture)
     read_events,
     settle,
 )
@@ -60,7 +59,7 @@ def test_values_are_read_from_the_table(tmp_path: Path) -> None:
 
 
 def test_the_cache_stays_within_its_budget(tmp_path: Path) -> None:
-    rows = {f"rec/{i}": {"body": "x" * 1000, "i": i} for i in range(500)}
+    rows: dict[str, object] = {f"rec/{i}": {"body": "x" * 1000, "i": i} for i in range(500)}
     path = table(tmp_path, rows)
     budget = 20_000
     state = SqliteState(path, "p", cache_bytes=budget)
@@ -128,7 +127,7 @@ def test_no_read_snapshot_is_held_between_reads(tmp_path: Path) -> None:
 
 
 async def test_the_join_with_a_tiny_cache_gives_the_same_fates_and_state(
-    log: EmbeddedLog,  # noqa: F811
+    log: EmbeddedLog,
     tmp_path: Path,
 ) -> None:
     store = EventStore(log)
@@ -160,7 +159,7 @@ async def test_the_join_with_a_tiny_cache_gives_the_same_fates_and_state(
 
 
 async def test_a_runtime_holds_no_state_in_memory_at_start(
-    log: EmbeddedLog,  # noqa: F811
+    log: EmbeddedLog,
     tmp_path: Path,
 ) -> None:
     """The old host loaded the whole table at start; this one reads nothing up front."""

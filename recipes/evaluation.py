@@ -1,0 +1,52 @@
+"""Greedy evaluation on held-out tasks, shared by the recipes that train weights.
+
+The decoding is the backend's (:meth:`recipes.training.TrainingBackend.generate_greedy`);
+the grading and the score are decided here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipes.errors import EvaluationError
+from recipes.gates import Evaluation
+from recipes.tasks import TaskSet
+from recipes.training import TrainingBackend
+
+
+def evaluate_tasks(
+    backend: TrainingBackend,
+    folder: Path | None,
+    task_set: TaskSet,
+    *,
+    base_model: str,
+    threads: int,
+) -> Evaluation:
+    """Greedy answers on the held-out tasks, graded; the mean is the score."""
+    tasks = task_set.load()
+    if not tasks:
+        return Evaluation("none", 0.0)
+    grade = task_set.grader_fn()
+    outputs = backend.generate_greedy(
+        folder,
+        [t.messages() for t in tasks],
+        base_model=base_model,
+        max_new_tokens=task_set.max_new_tokens,
+        threads=threads,
+    )
+    try:
+        scores = [float(grade(out, t.answer)) for out, t in zip(outputs, tasks, strict=True)]
+    except Exception as exc:  # a grader's bug must fail the evaluation (closed)
+        raise EvaluationError(f"grader failed: {type(exc).__name__}: {exc}") from exc
+    mean = sum(scores) / len(scores)
+    exact = sum(1 for s in scores if s >= 1.0) / len(scores)
+    details = [
+        {"prompt": t.prompt, "answer": t.answer, "output": out, "score": s}
+        for t, out, s in zip(tasks[:5], outputs, scores, strict=False)
+    ]
+    return Evaluation(
+        f"greedy:{task_set.grader}",
+        mean,
+        {"mean_score": mean, "exact_rate": exact, "tasks": float(len(tasks))},
+        details,
+    )

@@ -1,0 +1,156 @@
+"""The training port: what the ``sft`` and ``grpo`` recipes need from a training backend.
+
+A recipe decides *what* to train on and how a candidate is judged; the effects (loading
+weights, running an optimiser, decoding) come in through a :class:`TrainingBackend`.
+The recipes never import one: whoever builds a recipe injects it (the registry,
+:func:`recipes.registry.build_recipe`, binds the in-process torch backend of
+:mod:`trainers.backends`). The backend's options are the recipes' ``training``
+sections, defined here so that a backend depends on this module alone, never on a
+recipe's module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import Field, model_validator
+
+from recipes.errors import RecipeError
+from recipes.strict import StrictModel
+
+#: a conversation: OpenAI-style messages (``role``, ``content``)
+Conversation = Sequence[Mapping[str, str]]
+#: one supervised example: (conversation, target answer)
+Example = tuple[Conversation, str]
+
+#: the linear layers of a Llama-style decoder block (PEFT's module names)
+LLAMA_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(StrictModel):
+    """The adapter's shape (``training.method: lora``); PEFT's LoraConfig fields."""
+
+    r: int = Field(default=16, ge=1, description="Rank of the update matrices.")
+    alpha: int = Field(
+        default=32, ge=1, description="Scaling numerator (lora_alpha); scale alpha/r."
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: tuple[str, ...] = Field(
+        default=LLAMA_LINEAR_MODULES,
+        min_length=1,
+        description="Names of the linear modules that get an adapter.",
+    )
+
+
+class SftTraining(StrictModel):
+    backend: Literal["torch"] = Field(default="torch", description="Training backend.")
+    method: Literal["full", "lora"] = Field(
+        default="full", description="full: all weights; lora: a PEFT adapter over base_model."
+    )
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="method lora: shape.")
+    base_model: str = Field(
+        default="tiny", description="Creation weights: built-in name or HF folder."
+    )
+    learning_rate: float = Field(default=3e-3, gt=0, description="AdamW learning rate.")
+    steps: int = Field(default=30, ge=1, description="Optimizer steps per batch.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    imitate_min_score: float = Field(
+        default=1.0, description="Samples scoring at least this imitate their own answer."
+    )
+    max_length: int = Field(default=512, ge=8, description="Longest example in tokens (then cut).")
+    threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
+    seed: int = Field(default=0, description="Seed of the training RNG.")
+
+    @model_validator(mode="after")
+    def _lora_needs_method(self) -> SftTraining:
+        if "lora" in self.model_fields_set and self.method != "lora":
+            raise ValueError("training.lora is set but training.method is not 'lora'")
+        return self
+
+
+class GrpoTraining(StrictModel):
+    base_model: str = Field(default="tiny", description="Creation weights (built-in or folder).")
+    learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate.")
+    steps: int = Field(default=4, ge=1, description="Optimizer steps per batch.")
+    clip: float = Field(default=0.2, gt=0, lt=1, description="Importance-ratio clip epsilon.")
+    threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
+    seed: int = Field(default=0, description="Seed of the training RNG.")
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One recorded answer, token for token, with its group-relative advantage."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    advantage: float
+
+
+@runtime_checkable
+class TrainingBackend(Protocol):
+    """Trains candidates and decodes for evaluation (blocking; run in worker threads).
+
+    ``parent``/``folder`` is a release folder or None for the creation release
+    (``base_model``); each ``train_*`` writes the candidate into ``out_dir`` and returns
+    its training metrics. Failures raise :class:`recipes.errors.TrainingError`.
+    """
+
+    def train_sft(
+        self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
+    ) -> dict[str, float]:
+        """Full-weight supervised fine-tuning of the parent on the examples."""
+        ...
+
+    def train_sft_lora(
+        self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
+    ) -> dict[str, float]:
+        """A LoRA adapter over ``options.base_model`` (the parent's, continued, or fresh)."""
+        ...
+
+    def train_grpo(
+        self, parent: Path | None, rollouts: Sequence[Rollout], out_dir: Path, options: GrpoTraining
+    ) -> dict[str, float]:
+        """Clipped policy-gradient steps on recorded rollouts."""
+        ...
+
+    def generate_greedy(
+        self,
+        folder: Path | None,
+        conversations: Sequence[Conversation],
+        *,
+        base_model: str,
+        max_new_tokens: int,
+        threads: int = 1,
+    ) -> list[str]:
+        """Greedy answers as the engine serves the release (an adapter merged on the base)."""
+        ...
+
+
+@runtime_checkable
+class BackendBound(Protocol):
+    """A recipe that trains or evaluates through a :class:`TrainingBackend`."""
+
+    def bind_backend(self, backend: TrainingBackend) -> None: ...
+
+
+class UsesBackend:
+    """Mixin of a recipe that trains or evaluates through an injected backend."""
+
+    _backend: TrainingBackend | None = None
+
+    def bind_backend(self, backend: TrainingBackend) -> None:
+        """Set the backend (the registry does this when it builds the recipe)."""
+        self._backend = backend
+
+    @property
+    def backend(self) -> TrainingBackend:
+        if self._backend is None:
+            raise RecipeError(
+                f"recipe {type(self).__name__} has no training backend "
+                "(build it with recipes.registry.build_recipe, or call bind_backend)"
+            )
+        return self._backend

@@ -1,0 +1,69 @@
+"""``reef serve``: the API (and, on the embedded log, everything else) in one process."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import uvicorn
+
+from reef.cli.options import log_options, pop_log_flags, settings_from
+from reef.core.errors import ConfigError
+from reef.settings import describe
+
+
+@click.command("serve")
+@log_options
+@click.option("--host", help="Address to bind (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port to bind (default 8900).")
+@click.option("--upstream-url", help="Provider base URL including /v1.")
+@click.option("--upstream-model", help="Model forced on upstream requests.")
+@click.option("--upstream-dialect", type=click.Choice(["openai", "anthropic"]))
+@click.option("--recipe", help="Recipe new scenarios are bound to (default core).")
+@click.option("--max-body-bytes", type=int, help="Largest accepted request body.")
+@click.option("--report-rate-per-token", type=float, help="Reports/s per token (unset: no limit).")
+@click.option("--report-burst-per-token", type=int, help="Report burst per token (default 20).")
+@click.option("--report-rate-per-scenario", type=float, help="Reports/s per scenario.")
+@click.option("--report-burst-per-scenario", type=int, help="Report burst per scenario (100).")
+@click.option("--insecure", is_flag=True, default=None, help="Allow running with no token.")
+@click.option("--print-config", is_flag=True, help="Print every setting and its source, then exit.")
+def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
+    """Serve the OpenAI/Anthropic-compatible API, recording every exchange."""
+    loaded = settings_from(config_file, **pop_log_flags(flags), **flags)
+    if print_config:
+        for name, value, source in describe(loaded):
+            click.echo(f"{name:28} {value:40} ({source})")
+        return
+    settings = loaded.settings
+    if config_file is not None and settings.recipe_config is None:
+        # the deployment file's `recipe:` section configures its recipe too
+        settings = settings.model_copy(update={"recipe_config": config_file})
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from reef.wiring import create_app
+
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        click.echo(f"reef serve: {exc}", err=True)
+        sys.exit(2)
+    if settings.insecure and settings.token is None and not settings.tokens.get_secret_value():
+        click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
+    click.echo(
+        f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
+        err=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )

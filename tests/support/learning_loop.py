@@ -1,0 +1,244 @@
+"""The learning loop of the end-to-end learning tests: a toy task, its recipe file, and
+a :class:`Loop` that asks the served model, reports scores or corrections, and waits for
+the trainer's releases (:func:`learn_until_target`, :func:`assert_worse_batch_rejected`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from recipes.tasks import exact
+from tests.support.learning import LearningDeployment
+
+TOKEN = "reef-learning-token"
+TRAIN_BATCH = 128
+MAX_ROUNDS = 14
+TARGET = 0.7
+BUDGET_S = 600.0
+
+
+def pseudo_words(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
+    found: dict[str, None] = {}
+    while len(found) < count:
+        size = rng.randint(3, 6)
+        word = "".join(rng.choice(vowels if i % 2 else consonants) for i in range(size))
+        found[word] = None
+    return list(found)
+
+
+WORDS = pseudo_words(620, seed=11)
+TRAIN, TRAINER_EVAL, MEASURE = WORDS[:500], WORDS[500:560], WORDS[560:620]
+
+
+@dataclass(frozen=True)
+class ToyTask:
+    """A toy task on a word: the prompt and the expected answer, graded by
+    :func:`recipes.tasks.exact` (1.0 for the answer, else partial credit by position)."""
+
+    instruction: str
+    answer: Callable[[str], str]
+
+    def prompt(self, word: str) -> str:
+        return f"{self.instruction}{word}"
+
+    def score(self, output: str, word: str) -> float:
+        return exact(output, self.answer(word))
+
+
+COPY = ToyTask("Return exactly: ", lambda word: word)
+FIRST_LETTER = ToyTask("First letter of: ", lambda word: word[0])
+
+
+def prompt(word: str) -> str:
+    return COPY.prompt(word)
+
+
+def write_recipe(tmp: Path, body: str, task: ToyTask = COPY) -> Path:
+    """A deployment file whose recipe evaluates on the trainer's held-out words."""
+    tasks = tmp / "trainer-eval.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"prompt": task.prompt(w), "answer": task.answer(w)}) + "\n"
+            for w in TRAINER_EVAL
+        )
+    )
+    config = tmp / "learning.yaml"
+    config.write_text(
+        "recipe:\n"
+        f"  evaluation: {{tasks_file: {tasks.name}, max_new_tokens: 10}}\n"
+        "  gate: {policy: win_margin, margin: 0.0}\n" + body
+    )
+    return config
+
+
+Answer = tuple[str, str, str]  # (answer, receipt, serving release)
+
+
+@dataclass
+class Loop:
+    """The running deployment, as a client sees it (plus its log, read-only)."""
+
+    deployment: LearningDeployment
+    scenario: str
+    task: ToyTask = COPY
+    reports: int = 0
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": self.scenario}
+        return httpx.Client(base_url=self.deployment.base_url, headers=headers, timeout=60.0)
+
+    def status(self) -> dict[str, Any]:
+        with self.client() as client:
+            response = client.get("/reef/status")
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    def ask(self, client: httpx.Client, word: str, **sampling: Any) -> Answer:
+        """(answer, receipt, serving release) for one request (greedy by default)."""
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": self.task.prompt(word)}],
+            "temperature": 0,
+            "max_tokens": 10,
+            **sampling,
+        }
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        answer = response.json()["choices"][0]["message"]["content"] or ""
+        return (
+            answer,
+            response.headers["x-reef-agent-record-id"],
+            response.headers["x-reef-release-id"],
+        )
+
+    def ask_all(self, words: list[str], **sampling: Any) -> list[Answer]:
+        with self.client() as client, ThreadPoolExecutor(4) as pool:
+            return list(pool.map(lambda w: self.ask(client, w, **sampling), words))
+
+    def serving(self) -> tuple[str, str | None]:
+        """(head release, release the local engine serves)."""
+        scenario = self.status()["scenarios"][self.scenario]
+        engine = scenario["engines"].get("local", {})
+        return scenario["head_release_id"], engine.get("release_id")
+
+    def wait_engine_on_head(self, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            head, served = self.serving()
+            if head == served:
+                return head
+            time.sleep(0.25)
+        raise AssertionError(f"the engine never loaded the head: {self.serving()}")
+
+    def measure(self) -> tuple[str, float, list[str]]:
+        """(head release, mean held-out score, answers) once the engine serves the head."""
+        head = self.wait_engine_on_head()
+        measured = self.ask_all(MEASURE)
+        assert {served for _, _, served in measured} == {head}
+        return head, mean_score(measured, MEASURE, self.task), [a for a, _, _ in measured]
+
+    def post_reports(self, bodies: list[dict[str, Any]]) -> None:
+        with self.client() as client:
+            for body in bodies:
+                response = client.post("/reef/report", json=body)
+                assert response.status_code in (200, 201, 202), response.text
+        self.reports += len(bodies)
+
+    def report(self, results: list[Answer], words: list[str], *, inverted: bool = False) -> None:
+        """One report per answer: the grader's score and the correction (the word); the
+        inverted grader scores 1 - score and "corrects" to the reversed word."""
+        bodies = []
+        for (answer, receipt, _), word in zip(results, words, strict=True):
+            score = exact(answer, word)
+            bodies.append(
+                {
+                    "score": 1.0 - score if inverted else score,
+                    "feedback": {"correction": word[::-1] if inverted else word},
+                    "references": [receipt],
+                }
+            )
+        self.post_reports(bodies)
+
+    def trainer_done(self) -> None:
+        """The trainer group's committed offsets reached the end of reef.samples: it
+        commits them only once the chain decided (or the gate rejected) the batch."""
+        self.deployment.wait_trainer_done(self.reports)
+
+
+def mean_score(results: list[Answer], words: list[str], task: ToyTask = COPY) -> float:
+    total = sum(task.score(answer, w) for (answer, _, _), w in zip(results, words, strict=True))
+    return total / len(words)
+
+
+def engine_env(scenario: str, recipe: str, config: Path) -> dict[str, str]:
+    return {
+        "REEF_TOKEN": TOKEN,
+        "REEF_RECIPE": recipe,
+        "REEF_RECIPE_CONFIG": str(config),
+        "REEF_ENGINE_SCENARIO": scenario,
+    }
+
+
+def learn_until_target(
+    loop: Loop,
+    name: str,
+    one_round: Callable[[int], None],
+    max_rounds: int,
+    budget_s: float = BUDGET_S,
+) -> list[tuple[str, float]]:
+    """Measure the served model, train a round (``one_round`` posts its reports), repeat
+    until it scores above TARGET with at least 3 committed releases; assert it rose from
+    below 0.2 within ``budget_s``. Returns (serving release, held-out score) per round."""
+    started = time.monotonic()
+    history: list[tuple[str, float]] = []
+    for round_no in range(max_rounds):
+        head, score, _ = loop.measure()  # every answer's receipt names the head
+        history.append((head, score))
+        print(f"{name}: release {head[:8]} served score {score:.3f}", flush=True)
+        if score > TARGET and len({h for h, _ in history}) >= 4:
+            break
+        one_round(round_no)
+        loop.trainer_done()
+    elapsed = time.monotonic() - started
+    print(f"{name} learning: {len(history)} rounds, {elapsed:.0f}s: {history}", flush=True)
+    releases = list(dict.fromkeys(h for h, _ in history))
+    assert history[0][1] < 0.2, history
+    assert history[-1][1] > TARGET, history
+    assert len(releases) >= 4, history  # the creation release + at least 3 committed
+    assert elapsed < budget_s
+    return history
+
+
+def assert_worse_batch_rejected(loop: Loop, post_worse: Callable[[], None]) -> None:
+    """A deliberately worse batch (``post_worse`` reports inverted scores) is trained,
+    rejected by the gate, and the engine keeps serving the same answers."""
+    head, _, before = loop.measure()
+    rejected_before = loop.deployment.wait_trainer_status()["candidates"]["rejected"]
+    post_worse()
+    loop.trainer_done()
+    time.sleep(2.0)  # a wrongly accepted release would be loaded by now
+    assert loop.serving() == (head, head)
+    _, _, after = loop.measure()
+    assert after == before
+    trainer = loop.deployment.wait_trainer_status()
+    assert trainer["candidates"]["rejected"] == rejected_before + 1, trainer
+    assert trainer["error"] is None
+    if "steps" in trainer:  # the in-process trainer shows its step history
+        last = trainer["steps"][-1]
+        decided = {k: last.get(k) for k in ("outcome", "candidate_score", "baseline_score")}
+        print(f"worse batch: {decided}", flush=True)
+        assert last["outcome"] == "gate_rejected", last
+    else:
+        assert "rejected (gate_rejected)" in loop.deployment.trainer_log()

@@ -1,0 +1,60 @@
+"""``reef streams`` on Kafka as a process in its own working directory (its data dir is
+there), waited on until it logs its Ready line; used by the release and learning tests."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from reef.testing.servers import ManagedProcess, clean_env, reef_executable
+from streams.host import READY_LINE
+
+#: a killed member's partitions come back quickly
+WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
+
+
+@dataclass
+class StreamsWorker:
+    managed: ManagedProcess
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        began = time.monotonic()
+        while True:
+            text = self.managed.stdout_text() + self.managed.stderr_text()
+            if READY_LINE in text:
+                return
+            if not self.managed.running():
+                pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")
+            if time.monotonic() - began > timeout:
+                pytest.fail(f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}")
+            time.sleep(0.2)
+
+
+def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
+    """``reef streams`` in its own working directory (its data dir is there)."""
+    argv = [
+        reef_executable(),
+        "streams",
+        "--log",
+        "kafka",
+        "--kafka-bootstrap",
+        bootstrap,
+        "--kafka-topic-prefix",
+        prefix,
+    ]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            argv,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            env=clean_env(WORKER_ENV),
+            cwd=work_dir,
+        )
+    return StreamsWorker(ManagedProcess(argv, process, out, err))

@@ -1,0 +1,59 @@
+"""The in-process torch backend behind :class:`recipes.training.TrainingBackend`.
+
+Importing this module loads no training library: each method imports
+:mod:`trainers.backends.torch_backend` (and :mod:`trainers.backends.lora` for LoRA) when
+it is first called, so building a recipe (``reef serve`` at start-up) stays torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recipes.training import Conversation, Example, GrpoTraining, Rollout, SftTraining
+
+
+class InProcessBackend:
+    """Trains and decodes in this process, on the CPU or a local GPU (blocking)."""
+
+    def train_sft(
+        self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
+    ) -> dict[str, float]:
+        from trainers.backends.torch_backend import train_sft
+
+        return train_sft(parent, examples, out_dir, options)
+
+    def train_sft_lora(
+        self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
+    ) -> dict[str, float]:
+        from trainers.backends.lora import train_sft_lora
+
+        return train_sft_lora(parent, examples, out_dir, options)
+
+    def train_grpo(
+        self, parent: Path | None, rollouts: Sequence[Rollout], out_dir: Path, options: GrpoTraining
+    ) -> dict[str, float]:
+        from trainers.backends.torch_backend import train_grpo
+
+        return train_grpo(parent, rollouts, out_dir, options)
+
+    def generate_greedy(
+        self,
+        folder: Path | None,
+        conversations: Sequence[Conversation],
+        *,
+        base_model: str,
+        max_new_tokens: int,
+        threads: int = 1,
+    ) -> list[str]:
+        from trainers.backends.torch_backend import generate_greedy
+
+        return generate_greedy(
+            folder,
+            conversations,
+            base_model=base_model,
+            max_new_tokens=max_new_tokens,
+            threads=threads,
+        )
