@@ -19,3 +19,15 @@ def test_cli_client_and_protocol_import_without_torch() -> None:
         [sys.executable, "-c", _CHECK], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == ""
+
+
+def test_recipes_and_the_trainer_import_without_torch() -> None:
+    check = (
+        "import sys, recipes.registry, recipes.sft, recipes.core, trainers.consumer, "
+        "trainers.runner, reef.cli.trainer\n"
+        "print(','.join(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == ""

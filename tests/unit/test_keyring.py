@@ -1,20 +1,19 @@
-"""Key rings: the embedded key table (real DELETE, zeroed bytes) and the following ring
-over Kafka's compacted key topic (tombstones remove keys)."""
+"""The embedded key table really deletes: an erased key's bytes are zeroed in the file.
+
+What every ring must do is the key-ring contract (tests/contract_keyring.py)."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
 from reef.core.errors import LogError
-from reef.core.topics import INFERENCE, KEYS, LOG_TOPICS, key_topic_configs
+from reef.core.topics import INFERENCE, KEYS, LOG_TOPICS
 from reef.crypto import key_record, new_data_key, tombstone_record
-from reef.crypto.rings import FollowingKeyRing, TableKeyRing, open_keyring
+from reef.crypto.rings import TableKeyRing, open_keyring
 from reef.log.base import PendingAppend
 from reef.log.embedded import EmbeddedLog, connect
-from reef.log.kafka import KafkaLog
 
 
 async def test_table_key_ring_deletes_and_zeroes_the_key(tmp_path: Path) -> None:
@@ -48,61 +47,3 @@ async def test_table_key_ring_deletes_and_zeroes_the_key(tmp_path: Path) -> None
         assert conn.execute("PRAGMA secure_delete").fetchone() == (1,)
     finally:
         conn.close()
-
-
-async def test_following_ring_on_the_embedded_log_reads_the_table(tmp_path: Path) -> None:
-    log = EmbeddedLog(tmp_path / "log.sqlite3")
-    await log.start()
-    try:
-        await log.ensure_topics(list(LOG_TOPICS))
-        first = new_data_key()
-        await log.append_many([key_record("a", first)])
-        ring = FollowingKeyRing(log)
-        await ring.start()
-        try:
-            assert await ring.get("a") == first
-            later = new_data_key()
-            await log.append_many([key_record("b", later)])
-            assert await ring.get("b") == later  # a miss catches up first
-        finally:
-            await ring.close()
-    finally:
-        await log.close()
-
-
-@pytest.mark.kafka
-async def test_following_ring_on_kafka_drops_tombstoned_keys(kafka_bootstrap: str) -> None:
-    prefix = f"keyring-{uuid.uuid4().hex[:8]}."
-    log = KafkaLog(
-        kafka_bootstrap, topic_prefix=prefix, topic_configs={KEYS: key_topic_configs(1000)}
-    )
-    await log.start()
-    try:
-        await log.ensure_topics([KEYS])
-        key_a, key_b = new_data_key(), new_data_key()
-        await log.append_many([key_record("a", key_a), key_record("b", key_b)])
-        ring = open_keyring(log)
-        assert isinstance(ring, FollowingKeyRing)
-        await ring.start()
-        try:
-            assert await ring.get_many(["a", "b"]) == {"a": key_a, "b": key_b}
-            await log.append_many([tombstone_record("a")])
-            await ring.sync()
-            assert await ring.get("a") is None  # the follower applied the tombstone
-            assert await ring.get("b") == key_b
-            key_c = new_data_key()
-            await log.append_many([key_record("c", key_c)])
-            assert await ring.get("c") == key_c
-        finally:
-            await ring.close()
-        # a ring that holds a key learns of its tombstone once its read is stale
-        eager = FollowingKeyRing(log, max_staleness_s=0.0)
-        await eager.start()
-        assert await eager.get("b") == key_b
-        await log.append_many([tombstone_record("b")])
-        assert await eager.get("b") is None
-        await eager.close()
-        values = {r.key: r.value async for r in log.read(KEYS)}
-        assert values[b"a"] == b""  # a tombstone reads back empty
-    finally:
-        await log.close()
