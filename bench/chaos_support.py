@@ -40,6 +40,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from reef.core import topics
 from reef.core.events import InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
+from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
 from reef.services.eventstore import EventStore
 from reef.stack import kafka as stack_kafka
@@ -47,7 +48,7 @@ from reef.stack import process as stack_process
 from reef.stack.paths import load_settings
 from reef.testing.load import LoadResult
 from reef.testing.servers import clean_env, free_port, reef_executable
-from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE
+from streams.host import EXIT_TRANSACTION_FAILED
 
 Echo = Callable[[str], None]
 

@@ -78,6 +78,7 @@ from reef.codec import EVENT_TYPE_HEADER, EventCodec
 from reef.core import topics
 from reef.core.events import Event
 from reef.core.topics import STREAMS_APP_ID
+from reef.hosts import READY_LINE
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.base import EventLog, PendingAppend
 from reef.log.embedded import EmbeddedLog
@@ -86,7 +87,7 @@ from reef.log.partitioner import partition_for
 from reef.services.replay import replay
 from reef.settings import Settings
 from reef.testing.events import inference, receipt, report
-from streams.host import EXIT_TRANSACTION_FAILED, READY_LINE, changelog_topic
+from streams.host import EXIT_TRANSACTION_FAILED, changelog_topic
 
 PARTITIONS = 6
 #: the original names: murmur2 puts them on partitions 0-5 as 2, 5, 1, 0, 1, 3 scenarios

@@ -62,7 +62,7 @@ from typing import Any
 import httpx
 import psutil
 
-from streams.host import READY_LINE
+from reef.hosts import READY_LINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

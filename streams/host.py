@@ -68,6 +68,7 @@ from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
 from reef.core.state import Processor, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID
+from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
 from reef.settings import Settings
 from streams import watchdog
@@ -85,9 +86,6 @@ EXIT_TRANSACTION_FAILED: Final = 75
 #: broker of three was killed, a worker's assignment waited on that loop until the
 #: watchdog ended it (60 s). Fresh metadata bounds that loop to this long.
 METADATA_MAX_AGE_MS: Final = 5_000
-
-#: logged once the first assignment is restored and the worker processes its input
-READY_LINE: Final = "reef streams: ready"
 
 #: most records one poll takes
 MAX_POLL_RECORDS: Final = 5000

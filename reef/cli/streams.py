@@ -23,6 +23,10 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
     settings = settings_from(
         config_file, **pop_log_flags(flags), streams_instance_id=instance_id
     ).settings
+    logging.basicConfig(
+        level=loglevel.upper(),
+        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+    )
     if settings.log == "embedded":
         from reef.hosts.worker import run_embedded_processors
 
@@ -32,10 +36,6 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
     from streams.datadir import worker_data_dir
     from streams.host import data_dir_base, serve
 
-    logging.basicConfig(
-        level=loglevel.upper(),
-        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-    )
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     with worker_data_dir(data_dir_base(settings)) as data_dir:
         asyncio.run(serve(settings, data_dir))

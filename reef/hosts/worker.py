@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -21,9 +22,12 @@ from typing import BinaryIO
 from pydantic import SecretStr
 
 from reef.catalog import processors
+from reef.hosts import READY_LINE
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
 from reef.settings import ENV_PREFIX, Settings
+
+logger = logging.getLogger(__name__)
 
 #: how often the child looks for appends made by other processes
 POLL_SECONDS = 0.02
@@ -40,6 +44,7 @@ async def run_embedded_processors(settings: Settings) -> None:
     try:
         for runtime in runtimes:
             await runtime.start()
+        logger.info("%s (embedded log %s)", READY_LINE, log.path)
         await asyncio.Event().wait()
     finally:
         for runtime in runtimes:

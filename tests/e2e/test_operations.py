@@ -62,6 +62,7 @@ from reef.core.events import (
 from reef.core.ids import EMPTY_CONTENT_ID, new_receipt, release_id
 from reef.core.join import JoinProcessor
 from reef.core.state import DictState
+from reef.hosts import READY_LINE
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import EventStore, StoredEvent
@@ -75,7 +76,6 @@ from reef.testing.servers import (
     run_reef,
     start_reef,
 )
-from streams.host import READY_LINE
 from tests.support.deployment import Deployment
 
 #: a stopped worker's partitions are handed over quickly

@@ -7,11 +7,8 @@ a 6 s session timeout, so a worker restarted after SIGKILL takes its partitions 
 once instead of waiting for the dead member's session (rebalances have tests of their
 own in test_streams_scaleout.py).
 
-* exactly-once: reports (with identical resends, producer retries and second reports on
-  consumed receipts) are produced while the worker is SIGKILLed at random moments and
-  restarted, at least five times; ``reef.samples`` read with read_committed holds exactly
-  the expected fates, no duplicate by event id or by report, and the join's changelog
-  holds exactly the state replay rebuilds;
+* exactly-once while the worker is SIGKILLed: the host contract
+  (tests/contract_host.py, run by tests/integration/test_host_contract.py);
 * compare-and-swap: eight proposers race on one parent: one commit, seven stale_parent;
 * replay: after a mixed workload ``reef replay --compare-live`` reports equal digests;
 * watchdog: a worker wedged on purpose (SIGUSR2) is ended with status 75;
@@ -23,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from reef.catalog import processors
 from reef.core import topics
@@ -44,12 +38,12 @@ from reef.core.events import (
     ReleaseCommitted,
     ReleaseProposed,
     ReleaseRejected,
-    ReportRejected,
     ReportSubmitted,
     SampleJoined,
 )
-from reef.core.ids import derived_id, release_id
+from reef.core.ids import release_id
 from reef.core.topics import STREAMS_APP_ID as APP_ID
+from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.services.eventstore import EventStore
 from reef.services.replay import replay, state_digest
@@ -57,7 +51,6 @@ from reef.settings import Settings
 from reef.testing.events import created, inference, proposal, receipt, report
 from reef.testing.servers import ManagedProcess, clean_env, reef_executable, run_reef, spawn
 from streams.changelog import changelog_table
-from streams.host import READY_LINE
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -217,34 +210,6 @@ async def wait_until_inputs_committed(log: KafkaLog, worker: Worker, timeout: fl
         await asyncio.sleep(0.5)
 
 
-async def raw_values(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record value of a topic read_uncommitted: aborted transactions' records too."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_uncommitted",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        values: list[bytes] = []
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            batches = await consumer.getmany(timeout_ms=500)
-            for messages in batches.values():
-                values += [m.value for m in messages if m.value is not None]
-        return values
-    finally:
-        await consumer.stop()
-
-
 async def live_table(log: KafkaLog, name: str) -> dict[str, Any]:
     """A processor's table from its changelog, keys decoded."""
     return await changelog_table(log, name)
@@ -263,134 +228,6 @@ def state_diff(live: dict[str, Any], replayed: dict[str, Any], limit: int = 8) -
             f"  {key}: {json.dumps(live.get(key))[:300]} vs {json.dumps(replayed.get(key))[:300]}"
         )
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------
-# (a) exactly-once under SIGKILL
-
-
-@dataclass
-class Plan:
-    chunks: list[list[Event]]
-    joined: set[str]
-    rejected: dict[str, str]
-    reports: int
-
-
-def eos_plan(reports: int, chunk_size: int, seed: int) -> Plan:
-    """Reports on one receipt each (some before their exchange), plus identical resends,
-    producer retries (the same event appended twice) and second reports on a consumed
-    receipt (in a later chunk than the first), in chunks."""
-    rng = random.Random(seed)
-    scenarios = [f"eos-{i}" for i in range(6)]
-    chunks: list[list[Event]] = []
-    joined: set[str] = set()
-    rejected: dict[str, str] = {}
-    carry: list[Event] = []
-    for start in range(0, reports, chunk_size):
-        chunk: list[Event] = list(carry)
-        carry = []
-        for i in range(start, min(start + chunk_size, reports)):
-            s = scenarios[i % len(scenarios)]
-            rec = receipt(s, i)
-            exchange = inference(s, rec, now(), release=f"rel-{i % 3}")
-            good = report(s, f"rep-{i}", [rec], now(), score=float(i % 2))
-            chunk += [good, exchange] if i % 7 == 0 else [exchange, good]
-            joined.add(derived_id("sample", s, good.event_id, good.content_hash))
-            roll = rng.random()
-            if roll < 0.15:  # the client resent it (a new record, identical content)
-                chunk.append(report(s, f"rep-{i}", [rec], now(), score=float(i % 2)))
-            elif roll < 0.25:  # the producer retried: the very same record twice
-                chunk.append(good)
-            elif roll < 0.30:  # another report on the same receipt, later
-                again = report(s, f"again-{i}", [rec], now())
-                carry.append(again)
-                rejected[derived_id("rejected", s, again.event_id, again.content_hash)] = (
-                    "already_consumed"
-                )
-        chunks.append(chunk)
-    if carry:
-        chunks.append(carry)
-    return Plan(chunks, joined, rejected, reports)
-
-
-def check_eos(outputs: list[Event], plan: Plan) -> None:
-    ids = Counter(o.event_id for o in outputs)
-    assert not {i: n for i, n in ids.items() if n > 1}, "duplicate output ids (committed)"
-    by_report = Counter((o.scenario, o.report_id) for o in outputs)  # type: ignore[attr-defined]
-    assert not {k: n for k, n in by_report.items() if n > 1}, "a report with two fates"
-    samples = {o.event_id for o in outputs if isinstance(o, SampleJoined)}
-    missing, extra = plan.joined - samples, samples - plan.joined
-    assert not missing and not extra, f"missing {len(missing)}, unexpected {len(extra)}"
-    rejections = {o.event_id: o.reason for o in outputs if isinstance(o, ReportRejected)}
-    assert rejections == plan.rejected
-    receipts = [r for o in outputs if isinstance(o, SampleJoined) for r in o.references]
-    assert len(receipts) == len(set(receipts)), "a receipt in two samples"
-
-
-async def test_exactly_once_while_the_worker_is_killed(
-    kafka_bootstrap: str, prefix: str, log: KafkaLog, worker: Worker
-) -> None:
-    plan = eos_plan(reports=600, chunk_size=50, seed=11)
-    store = EventStore(log)
-    rng = random.Random(5)
-    chunks = list(plan.chunks)
-    kills = 0
-    kill_delays = []
-    while kills < 6:
-        worker.start()
-        if rng.random() < 0.2:
-            # killed while starting or recovering (before Ready)
-            await asyncio.sleep(rng.uniform(1.0, 4.0))
-        else:
-            await worker.wait_ready()
-            # two chunks now, then kill at a random moment while they are processed
-            for _ in range(2):
-                if chunks:
-                    await store.append_all(chunks.pop(0))
-            await asyncio.sleep(rng.uniform(0.05, 1.5))
-        delay = time.monotonic()
-        worker.kill()
-        kills += 1
-        kill_delays.append(round(time.monotonic() - delay, 3))
-        if chunks:  # produced while no worker runs
-            await store.append_all(chunks.pop(0))
-    worker.start()
-    await worker.wait_ready()
-    while chunks:
-        await store.append_all(chunks.pop(0))
-    expected = len(plan.joined) + len(plan.rejected)
-    outputs = await wait_for_count(log, topics.SAMPLES, expected, worker, timeout=120)
-    await wait_until_inputs_committed(log, worker)
-    outputs = await events_of(log, topics.SAMPLES)
-
-    raw = await raw_values(kafka_bootstrap, prefix + topics.SAMPLES)
-    observation = {
-        "reports": plan.reports,
-        "input records": sum(len(c) for c in plan.chunks),
-        "kills": kills,
-        "worker starts": worker.starts,
-        "seconds to Ready per start": [round(s, 1) for s in worker.ready_seconds],
-        "samples committed": len(outputs),
-        "records incl. aborted (read_uncommitted)": len(raw),
-        "raw duplicate records (read_uncommitted)": len(raw) - len(set(raw)),
-        "committed duplicates by event id": len(outputs) - len({o.event_id for o in outputs}),
-        "committed duplicates by report": len(outputs)
-        - len({(o.scenario, o.report_id) for o in outputs}),  # type: ignore[attr-defined]
-    }
-    print("EOS observation:", json.dumps(observation))
-
-    # the join's state (its changelog, read_committed) is exactly what replay rebuilds
-    settings = Settings(log="kafka", kafka_topic_prefix=prefix)
-    replayed = (await replay(processors(settings), log)).processor_states["join"].data
-    live = await live_join_state(log)
-
-    # Exactly-once under SIGKILL: no committed duplicate, and the live table holds every
-    # write its committed offsets cover (streams/host.py: one transaction per batch).
-    duplicates = sum(n - 1 for n in Counter(o.event_id for o in outputs).values())
-    assert duplicates == 0, f"{duplicates} duplicate committed samples ({len(raw)} raw records)"
-    assert state_digest(live) == state_digest(replayed), state_diff(live, replayed)
-    check_eos(outputs, plan)
 
 
 # ---------------------------------------------------------------------------

@@ -43,6 +43,7 @@ import pytest
 
 from reef.core import topics
 from reef.core.events import Event, ReleaseCommitted, ReleaseProposed, ReleaseRejected, SampleJoined
+from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
@@ -58,7 +59,6 @@ from reef.testing.servers import (
     spawn,
     start_reef,
 )
-from streams.host import READY_LINE
 from tests.support import consistency
 from tests.support.consumer_groups import GroupState, describe_group
 from tests.support.learning import (

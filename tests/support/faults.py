@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from reef.core import topics
+from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
 from reef.testing.servers import (
     ManagedProcess,
     clean_env,
     reef_executable,
 )
-from streams.host import READY_LINE
 
 TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
 

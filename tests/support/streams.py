@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from reef.hosts import READY_LINE
 from reef.testing.servers import ManagedProcess, clean_env, reef_executable
-from streams.host import READY_LINE
 
 #: a killed member's partitions come back quickly
 WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}

@@ -1,0 +1,66 @@
+"""Both processor hosts pass the host contract (tests/contract_host.py), as real
+``reef streams`` processes: the embedded host on a state directory, the Kafka host on
+the single-node broker under its own topic prefix."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from reef.core.topics import LOG_TOPICS
+from reef.hosts import embedded as embedded_host
+from reef.log.embedded import EmbeddedLog
+from reef.log.kafka import KafkaLog, delete_prefixed_topics
+from reef.settings import Settings
+from streams import changelog
+from tests.contract_host import HostContract, HostRig
+from tests.support.hosts import HostProcess
+
+pytestmark = pytest.mark.slow
+
+
+class TestEmbeddedHost(HostContract):
+    @pytest.fixture
+    async def rig(self, tmp_path: Path) -> AsyncIterator[HostRig]:
+        state = tmp_path / "state"
+        settings = Settings(log="embedded", state_dir=state)
+        log = EmbeddedLog(state / "log.sqlite3", partitions=settings.partitions)
+        await log.start()
+        await log.ensure_topics(list(LOG_TOPICS))
+        host = HostProcess(["--log", "embedded", "--state-dir", str(state)], tmp_path / "logs")
+        try:
+            yield HostRig(settings, log, host, embedded_host.durable_tables)
+        finally:
+            host.stop()
+            await log.close()
+
+
+@pytest.mark.kafka
+class TestKafkaHost(HostContract):
+    @pytest.fixture
+    async def rig(self, kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[HostRig]:
+        prefix = f"host-{uuid.uuid4().hex[:8]}."
+        settings = Settings(log="kafka", kafka_bootstrap=kafka_bootstrap, kafka_topic_prefix=prefix)
+        log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, client_id="reef-host-contract")
+        await log.start()
+        await log.ensure_topics(list(LOG_TOPICS))
+        flags = ["--log", "kafka", "--kafka-bootstrap", kafka_bootstrap]
+        host = HostProcess(
+            [*flags, "--kafka-topic-prefix", prefix],
+            tmp_path / "logs",
+            # a static member with a short session: a restarted host takes its
+            # partitions back at once (rebalances: test_streams_scaleout.py)
+            env={
+                "REEF_STREAMS_SESSION_TIMEOUT_S": "6",
+                "REEF_STREAMS_INSTANCE_ID": f"reef-test-{prefix}worker",
+            },
+        )
+        try:
+            yield HostRig(settings, log, host, changelog.durable_tables)
+        finally:
+            host.stop()
+            await log.close()
+            await delete_prefixed_topics(kafka_bootstrap, prefix)
