@@ -11,7 +11,7 @@ What runs (real processes on loopback, on a Kafka of the bench's own):
   ``--instance-id``, supervised: a worker that exits on its own is restarted after 1 s
   (status 75 is the host's "cannot continue, restart me"; any other status is a crash,
   counted apart);
-- the steady load (tests/support/load.py): ``--rate`` chat completions per second, open
+- the steady load (reef/testing/load.py): ``--rate`` chat completions per second, open
   loop, each followed by a report quoting its receipt.
 
 Each cycle injects one fault, chosen at random (``--seed``):
