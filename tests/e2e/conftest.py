@@ -6,6 +6,8 @@
 * ``reef_factory`` (module): starts servers on the module's log kind, stopped at module end.
 * ``reef_server`` (module): ``reef_factory(**reef_options)``; a module overrides the
   ``reef_options`` fixture to configure its server.
+* ``operations_deployment`` / ``operations_history`` (package): one embedded deployment and
+  its workload, shared by the operations modules (audit, export).
 
 The Kafka topics are shared by every test and every run, so a :class:`ReefServer` reads
 the log only from the end offsets it saw before it started, and tests use unique
@@ -23,6 +25,8 @@ from reef.testing.servers import (
     UpstreamProcess,
     run_reef,
 )
+from tests.support.deployment import Deployment
+from tests.support.operations import History, embedded_deployment, run_workload
 from tests.support.reef_server import (  # noqa: F401  (fixtures, found by pytest here)
     LOG_KINDS,
     ReefFactory,
@@ -42,6 +46,21 @@ def kafka_topics(kafka_bootstrap: str) -> str:
     result = run_reef("topics", "create", "--log", "kafka", "--kafka-bootstrap", kafka_bootstrap)
     assert result.returncode == 0, f"reef topics create failed:\n{result.stdout}\n{result.stderr}"
     return kafka_bootstrap
+
+
+@pytest.fixture(scope="package")
+def operations_deployment(
+    upstream: UpstreamProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """One embedded deployment shared by the operations modules (audit, export)."""
+    with embedded_deployment(upstream, tmp_path_factory.mktemp("ops-embedded")) as dep:
+        yield dep
+
+
+@pytest.fixture(scope="package")
+def operations_history(operations_deployment: Deployment) -> History:
+    """The operations workload, run once on :func:`operations_deployment`."""
+    return run_workload(operations_deployment, "ops")
 
 
 @pytest.fixture(scope="module", params=LOG_KINDS)

@@ -19,7 +19,6 @@ import json
 import shutil
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ from reef.core.events import EngineLoaded, Event, ReleaseCommitted, SampleJoined
 from reef.core.ids import EMPTY_CONTENT_ID, new_receipt, release_id
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
-from reef.testing.servers import UpstreamProcess, run_reef
+from reef.testing.servers import run_reef
 from tests.support.deployment import Deployment
-from tests.support.operations import History, embedded_deployment, run_workload
+from tests.support.operations import History
 
 
 def _run(coro: Any) -> Any:
@@ -47,16 +46,13 @@ def _run(coro: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def embedded(
-    upstream: UpstreamProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    with embedded_deployment(upstream, tmp_path_factory.mktemp("ops-embedded")) as dep:
-        yield dep
+def embedded(operations_deployment: Deployment) -> Deployment:
+    return operations_deployment
 
 
 @pytest.fixture(scope="module")
-def history(embedded: Deployment) -> History:
-    return run_workload(embedded, "ops")
+def history(operations_history: History) -> History:
+    return operations_history
 
 
 # ---------------------------------------------------------------------------

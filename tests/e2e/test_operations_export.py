@@ -16,7 +16,6 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,25 +28,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from reef.core import topics
 from reef.core.events import EngineLoaded, ReportRejected, SampleJoined, utc_now
 from reef.services.eventstore import StoredEvent
-from reef.testing.servers import UpstreamProcess, run_reef
+from reef.testing.servers import run_reef
 from tests.support.deployment import Deployment
-from tests.support.operations import History, embedded_deployment, run_workload
+from tests.support.operations import History
 
 # ---------------------------------------------------------------------------
 # The embedded deployment and its history (one per module)
 
 
 @pytest.fixture(scope="module")
-def embedded(
-    upstream: UpstreamProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    with embedded_deployment(upstream, tmp_path_factory.mktemp("ops-embedded")) as dep:
-        yield dep
+def embedded(operations_deployment: Deployment) -> Deployment:
+    return operations_deployment
 
 
 @pytest.fixture(scope="module")
-def history(embedded: Deployment) -> History:
-    return run_workload(embedded, "ops")
+def history(operations_history: History) -> History:
+    return operations_history
 
 
 # ---------------------------------------------------------------------------
