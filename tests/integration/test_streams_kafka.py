@@ -24,7 +24,6 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,14 +42,14 @@ from reef.core.events import (
 )
 from reef.core.ids import release_id
 from reef.core.topics import STREAMS_APP_ID as APP_ID
-from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.services.eventstore import EventStore
 from reef.services.replay import replay, state_digest
 from reef.settings import Settings
 from reef.testing.events import created, inference, proposal, receipt, report
-from reef.testing.servers import ManagedProcess, clean_env, reef_executable, run_reef, spawn
+from reef.testing.servers import run_reef
 from streams.changelog import changelog_table
+from tests.support.hosts import HostProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -90,75 +89,17 @@ async def log(kafka_bootstrap: str, prefix: str) -> AsyncIterator[KafkaLog]:
         await log.close()
 
 
-@dataclass
-class Worker:
-    """``reef streams`` for one prefix; started, killed and restarted by the test."""
-
-    bootstrap: str
-    prefix: str
-    log_dir: Path
-    process: ManagedProcess | None = None
-    starts: int = 0
-    ready_seconds: list[float] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-
-    def start(self) -> None:
-        self.starts += 1
-        env = {
-            **WORKER_ENV,
-            "REEF_STREAMS_INSTANCE_ID": f"reef-test-{self.prefix}worker",
-            **self.env,
-        }
-        argv = [
-            reef_executable(),
-            "streams",
-            "--log",
-            "kafka",
-            "--kafka-bootstrap",
-            self.bootstrap,
-            "--kafka-topic-prefix",
-            self.prefix,
-            "--loglevel",
-            "info",
-        ]
-        self.process = spawn(
-            argv, env=clean_env(env), log_dir=self.log_dir, name=f"streams-{self.starts}"
-        )
-
-    async def wait_ready(self, timeout: float = 90.0) -> None:
-        assert self.process is not None
-        began = time.monotonic()
-        while READY_LINE not in self.output_text():
-            if not self.process.running():
-                pytest.fail(f"reef streams exited during start-up\n{self.process.output()}")
-            if time.monotonic() - began > timeout:
-                pytest.fail(f"reef streams not ready in {timeout:.0f}s\n{self.process.output()}")
-            await asyncio.sleep(0.1)
-        self.ready_seconds.append(time.monotonic() - began)
-
-    def output_text(self) -> str:
-        assert self.process is not None
-        return self.process.stdout_text() + self.process.stderr_text()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, an open transaction is left to be aborted by the next one."""
-        assert self.process is not None
-        if self.process.running():
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(timeout=20)
-
-    def assert_running(self) -> None:
-        assert self.process is not None
-        assert self.process.running(), f"reef streams died\n{self.process.output()}"
+#: ``reef streams`` for the test's prefix, a process started, killed and restarted by the test
+Worker = HostProcess
 
 
 @pytest.fixture
 def worker(kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[Worker]:
-    w = Worker(kafka_bootstrap, prefix, tmp_path / "logs")
+    w = HostProcess(
+        ["--log", "kafka", "--kafka-bootstrap", kafka_bootstrap, "--kafka-topic-prefix", prefix],
+        tmp_path / "logs",
+        env={**WORKER_ENV, "REEF_STREAMS_INSTANCE_ID": f"reef-test-{prefix}worker"},
+    )
     try:
         yield w
     finally:
