@@ -14,11 +14,9 @@ import asyncio
 import json
 import secrets
 import shutil
-import subprocess
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,24 +28,18 @@ from reef.core import topics
 from reef.core.events import Event
 from reef.core.join import JoinProcessor
 from reef.core.state import DictState
-from reef.hosts import READY_LINE
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import EventStore
 from reef.services.replay import _all_records
 from reef.testing.servers import (
-    ManagedProcess,
     ReefProcess,
     UpstreamProcess,
-    clean_env,
-    reef_executable,
     run_reef,
     start_reef,
 )
 from tests.support.deployment import Deployment
 from tests.support.operations import deployment_env, run_workload
-
-#: a stopped worker's partitions are handed over quickly
-WORKER_ENV = {"REEF_STREAMS_SESSION_TIMEOUT_S": "6"}
+from tests.support.streams import StreamsWorker, start_streams_with
 
 
 def _run(coro: Any) -> Any:
@@ -56,37 +48,6 @@ def _run(coro: Any) -> Any:
 
 # ---------------------------------------------------------------------------
 # Disaster recovery on Kafka
-
-
-@dataclass
-class StreamsWorker:
-    managed: ManagedProcess
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        began = time.monotonic()
-        while READY_LINE not in self.managed.stdout_text() + self.managed.stderr_text():
-            if not self.managed.running():
-                pytest.fail(f"reef streams exited during start-up\n{self.managed.output()}")
-            if time.monotonic() - began > timeout:
-                pytest.fail(f"reef streams not ready in {timeout:.0f}s\n{self.managed.output()}")
-            time.sleep(0.2)
-
-
-def start_streams(log_flags: list[str], work_dir: Path) -> StreamsWorker:
-    """``reef streams`` in its own working directory (its data dir is there)."""
-    argv = [reef_executable(), "streams", *log_flags]
-    work_dir.mkdir(parents=True, exist_ok=True)
-    out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        process = subprocess.Popen(
-            argv,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            env=clean_env(WORKER_ENV),
-            cwd=work_dir,
-        )
-    return StreamsWorker(ManagedProcess(argv, process, out, err))
 
 
 def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -> None:
@@ -179,7 +140,7 @@ def test_disaster_recovery_from_kafka_alone(
     log_flags += ["--kafka-topic-prefix", prefix]
     created = run_reef("topics", "create", *log_flags)
     assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(log_flags, tmp_path / "streams")
+    worker = start_streams_with(log_flags, tmp_path / "streams")
     admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
     env = deployment_env(admin, reader)
     state_1, state_2 = tmp_path / "state-1", tmp_path / "state-2"

@@ -43,6 +43,12 @@ def start_engine(log_dir: Path, *args: str, timeout: float = 90.0) -> EngineProc
     argv = [sys.executable, "-m", "reef.cli.engine", "--host", HOST, "--port", str(port), *args]
     managed = spawn(argv, env=clean_env(), log_dir=log_dir, name=f"engine-{port}")
     url = f"http://{HOST}:{port}"
+    wait_healthy(managed, url, timeout)
+    return EngineProcess(url, managed)
+
+
+def wait_healthy(managed: ManagedProcess, url: str, timeout: float) -> None:
+    """Until the engine at ``url`` answers ``/health``; stops it and raises if it never does."""
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
@@ -50,7 +56,7 @@ def start_engine(log_dir: Path, *args: str, timeout: float = 90.0) -> EngineProc
                 raise ProcessStartError(f"the engine exited during start-up\n{managed.output()}")
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"{url}/health").status_code == 200:
-                    return EngineProcess(url, managed)
+                    return
             time.sleep(0.2)
     managed.stop()
     raise ProcessStartError(f"the engine did not get healthy\n{managed.output()}")

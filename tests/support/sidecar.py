@@ -6,7 +6,6 @@ API as the sidecar tests use it, and engine processes started on a chosen port.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -34,14 +33,13 @@ from reef.services.eventstore import EventStore
 from reef.testing.servers import (
     HOST,
     ManagedProcess,
-    ProcessStartError,
     ReefProcess,
     clean_env,
     reef_executable,
     spawn,
 )
 from reef.wiring import readable_store
-from tests.support.engine import PROMPT
+from tests.support.engine import PROMPT, wait_healthy
 
 TOKEN = "reef-sidecar-test-token"
 MAX_TOKENS = 16
@@ -262,14 +260,5 @@ def start_engine_on(port: int, log_dir: Path, name: str, timeout: float = 120.0)
     argv = [reef_executable(), "engine", "--model", "tiny", "--host", HOST, "--port", str(port)]
     managed = spawn(argv, env=clean_env(), log_dir=log_dir, name=name)
     url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if not managed.running():
-                raise ProcessStartError(f"the engine exited during start-up\n{managed.output()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{url}/health").status_code == 200:
-                    return Engine(url, managed)
-            time.sleep(0.2)
-    managed.stop()
-    raise ProcessStartError(f"the engine did not get healthy\n{managed.output()}")
+    wait_healthy(managed, url, timeout)
+    return Engine(url, managed)

@@ -35,17 +35,14 @@ class StreamsWorker:
 
 
 def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
-    """``reef streams`` in its own working directory (its data dir is there)."""
-    argv = [
-        reef_executable(),
-        "streams",
-        "--log",
-        "kafka",
-        "--kafka-bootstrap",
-        bootstrap,
-        "--kafka-topic-prefix",
-        prefix,
-    ]
+    """``reef streams`` on Kafka under ``prefix``, in its own working directory."""
+    flags = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
+    return start_streams_with(flags, work_dir)
+
+
+def start_streams_with(log_flags: list[str], work_dir: Path) -> StreamsWorker:
+    """``reef streams <log flags>`` in its own working directory (its data dir is there)."""
+    argv = [reef_executable(), "streams", *log_flags]
     work_dir.mkdir(parents=True, exist_ok=True)
     out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
     with out.open("wb") as stdout, err.open("wb") as stderr:
