@@ -31,12 +31,24 @@ a redelivery past those guarantees is a no-op.
 
 Rebalance protocol (the consumer's listener holds the loop's lock throughout):
 
-1. Revocation: wait for the batch in flight to commit, then close every task.
-2. Assignment, for every partition number: start its producer (``init_transactions``
-   fences the previous owner and ends its open transaction).
-3. Restore the stores from the changelog up to its end (nothing can be pending on it
-   any more).
+1. Revocation: wait for the batch in flight to commit, then stop every task's producer
+   and drop its fetched records; its stores are kept aside.
+2. Assignment: close the kept stores of partition numbers not assigned again. For every
+   assigned number, start its producer (``init_transactions`` fences the previous owner
+   and ends its open transaction).
+3. Bring the stores up to the changelog's end (nothing can be pending on it any more),
+   reading from each store's position: a new store reads the whole partition; a kept
+   one only what another owner committed meanwhile (usually nothing), so a rebalance
+   that gives a worker back its partitions costs no restore.
 4. Seek the inputs to the offsets the group committed, read afresh.
+
+A store's position is sound because a task's commit succeeds only while its producer is
+the partition's one unfenced writer: the changelog records below the position are the
+restored ones and the task's own, already in the store. A crash loses the stores (the
+data directory is emptied at each start), so a restarted worker reads everything.
+
+A graceful stop (SIGTERM) of a static member leaves the group (:func:`leave_group_on_stop`);
+a SIGKILLed one keeps its partitions until its session expires or it restarts.
 
 Each rebalance step bumps a generation: a poll that spanned one is not processed, its
 partitions are sought back to where their tasks stand (it may have been fetched before
@@ -96,6 +108,9 @@ MAX_BATCH_RECORDS: Final = 2000
 MAX_HELD_RECORDS: Final = 10_000
 #: the step yields to the event loop (heartbeats, the watchdog) this often
 YIELD_EVERY: Final = 256
+#: a store kept across a rebalance is read on from its position only if it was synced
+#: this recently (see :meth:`streams.store.PartitionStore.fresh`); else it is restored anew
+KEPT_STORE_MAX_AGE_S: Final = 3600.0
 
 
 def die(reason: str, exc: BaseException | None = None) -> NoReturn:
@@ -199,6 +214,8 @@ class StreamsHost:
         self.codec = EventCodec()
         self._fatal = on_fatal
         self._tasks: dict[int, Task] = {}
+        #: stores of the partitions revoked last, per number, until the next assignment
+        self._kept: dict[int, dict[str, PartitionStore]] = {}
         self._lock = asyncio.Lock()
         self._consumer: AIOKafkaConsumer | None = None
         self._restorer: AIOKafkaConsumer | None = None
@@ -264,6 +281,9 @@ class StreamsHost:
                 watch.cancel()
             async with self._lock:
                 await self._close_tasks()
+                self._close_kept(set())
+            if self._stopping.is_set():
+                leave_group_on_stop(self._consumer)
             await self._consumer.stop()
             await self._restorer.stop()
 
@@ -380,9 +400,10 @@ class StreamsHost:
 
     async def _run_batch(self, task: Task, ready: list[Any]) -> None:
         pending = await self._compute(task, ready)
-        await self._commit(task, pending)
-        for name, changes in pending.changes.items():
-            task.stores[name].commit(changes)
+        positions = await self._commit(task, pending)
+        for h in self.hosted:
+            name = h.processor.name
+            task.stores[name].commit(pending.changes[name], positions.get(h.changelog))
         task.committed.update(pending.offsets)
 
     async def _compute(self, task: Task, ready: list[Any]) -> Pending:
@@ -422,8 +443,10 @@ class StreamsHost:
             )
             return None
 
-    async def _commit(self, task: Task, pending: Pending) -> None:
-        """Protocol step 2: outputs, changelog records and offsets in one transaction."""
+    async def _commit(self, task: Task, pending: Pending) -> dict[str, int]:
+        """Protocol step 2: outputs, changelog records and offsets in one transaction.
+
+        Returns, per changelog topic written, the offset after the last record written."""
         producer = task.producer
         timeout = self.settings.streams_stall_timeout_s or None
         await producer.begin_transaction()
@@ -435,15 +458,22 @@ class StreamsHost:
             records[h.changelog] += [
                 (c.raw_key, c.raw_value, ()) for c in pending.changes[h.processor.name]
             ]
-        delivered = []
+        delivered: list[tuple[str, int, asyncio.Future[Any]]] = []
         for topic, rows in records.items():
-            delivered += await _send_batches(producer, topic, task.partition, rows)
-        await asyncio.gather(*delivered)
+            sent = await _send_batches(producer, topic, task.partition, rows)
+            delivered += [(topic, count, future) for count, future in sent]
+        landed = await asyncio.gather(*(future for _, _, future in delivered))
         await producer.send_offsets_to_transaction(pending.offsets, self.group)
         try:
             await asyncio.wait_for(producer.commit_transaction(), timeout)
         except TimeoutError:
             self._fatal(f"transaction commit did not complete in {timeout:.0f} s", None)
+        changelogs = {h.changelog for h in self.hosted}
+        ends: dict[str, int] = {}
+        for (topic, count, _), metadata in zip(delivered, landed, strict=True):
+            if topic in changelogs:  # a batch's metadata names its first record's offset
+                ends[topic] = max(ends.get(topic, 0), metadata.offset + count)
+        return ends
 
     # -- rebalances -----------------------------------------------------------------
 
@@ -451,31 +481,36 @@ class StreamsHost:
         self.rebalancing = True
         async with self._lock:  # the batch in flight commits first
             self._generation += 1
-            await self._close_tasks()
+            await self._close_tasks(keep_stores=True)
 
     async def assigned(self, partitions: Iterable[TopicPartition]) -> None:
         self.rebalancing = True
         try:
             async with self._lock:
                 self._generation += 1
-                await self._close_tasks()
+                await self._close_tasks(keep_stores=True)
                 numbers: dict[int, set[TopicPartition]] = defaultdict(set)
                 for tp in partitions:
                     numbers[tp.partition].add(tp)
+                self._close_kept(set(numbers))
+                kept = sorted(self._kept)
                 started = time.monotonic()
                 tasks = await asyncio.gather(
                     *(self._open_task(n, tps) for n, tps in sorted(numbers.items()))
                 )
                 self.restoring = True
                 try:
-                    await self._restore(tasks)
+                    restored = await self._restore(tasks)
                 finally:
                     self.restoring = False
                 await self._seek_committed(tasks)
                 self._tasks = {task.partition: task for task in tasks}
                 logger.info(
-                    "assigned partitions %s: restored and ready in %.2f s",
+                    "assigned partitions %s (stores kept: %s): restored %d changelog "
+                    "records, ready in %.2f s",
                     sorted(numbers),
+                    kept,
+                    restored,
                     time.monotonic() - started,
                 )
                 if not self._ready:
@@ -496,14 +531,20 @@ class StreamsHost:
             max_batch_size=1024 * 1024,
         )
         await producer.start()  # init_transactions: fences the previous owner
-        stores = {
+        kept = self._kept.pop(n, None)
+        if kept is not None and not all(st.fresh(KEPT_STORE_MAX_AGE_S) for st in kept.values()):
+            for store in kept.values():
+                store.close()
+            kept = None
+        stores = kept or {
             h.processor.name: PartitionStore(self.data_dir / f"{h.processor.name}-{n}")
             for h in self.hosted
         }
         return Task(n, producer, stores, frozenset(inputs))
 
-    async def _restore(self, tasks: Sequence[Task]) -> None:
-        """Copy each task's changelog partitions, committed records only, into its stores."""
+    async def _restore(self, tasks: Sequence[Task]) -> int:
+        """Copy each task's changelog partitions, committed records only, into its stores,
+        from each store's position to the end; how many records were copied."""
         restorer = self._restorer
         assert restorer is not None
         targets = {
@@ -512,12 +553,12 @@ class StreamsHost:
             for h in self.hosted
         }
         if not targets:
-            return
+            return 0
         ends = await restorer.end_offsets(list(targets))
-        todo = [tp for tp in targets if ends[tp] > 0]
+        todo = [tp for tp, store in targets.items() if ends[tp] > store.position]
         restorer.assign(todo)
         for tp in todo:
-            restorer.seek(tp, 0)
+            restorer.seek(tp, targets[tp].position)
         count = 0
         while todo:
             polled = await restorer.getmany(*todo, timeout_ms=500, max_records=20000)
@@ -526,8 +567,9 @@ class StreamsHost:
                 count += len(messages)
             todo = [tp for tp in todo if await restorer.position(tp) < ends[tp]]
         restorer.assign([])
-        if count:
-            logger.info("restored %d changelog records", count)
+        for tp, store in targets.items():
+            store.caught_up(ends[tp])
+        return count
 
     async def _seek_committed(self, tasks: Sequence[Task]) -> None:
         consumer = self._consumer
@@ -549,7 +591,9 @@ class StreamsHost:
                 consumer.seek(tp, starts[tp])
                 task.committed[tp] = int(starts[tp])
 
-    async def _close_tasks(self) -> None:
+    async def _close_tasks(self, *, keep_stores: bool = False) -> None:
+        """Stop every task's producer; close its stores, or keep them for the next
+        assignment (``keep_stores``: a revocation)."""
         tasks, self._tasks = list(self._tasks.values()), {}
         if self._paused and self._consumer is not None:
             self._consumer.resume(*self._paused)
@@ -561,7 +605,16 @@ class StreamsHost:
             if isinstance(failure, BaseException):  # a fenced producer: nothing to keep
                 logger.warning("closing a task's producer failed: %r", failure)
         for task in tasks:
-            for store in task.stores.values():
+            if keep_stores:
+                self._kept[task.partition] = task.stores
+            else:
+                for store in task.stores.values():
+                    store.close()
+
+    def _close_kept(self, assigned: set[int]) -> None:
+        """Close the kept stores of partition numbers not in ``assigned``."""
+        for n in sorted(set(self._kept) - assigned):
+            for store in self._kept.pop(n).values():
                 store.close()
 
 
@@ -570,20 +623,40 @@ async def _send_batches(
     topic: str,
     partition: int,
     rows: Sequence[tuple[bytes, bytes | None, Sequence[tuple[str, bytes]]]],
-) -> list[asyncio.Future[Any]]:
+) -> list[tuple[int, asyncio.Future[Any]]]:
     """Send ``rows`` (key, value, headers) to one partition in as few record batches as
-    fit; the futures resolve when the broker has each batch."""
-    delivered: list[asyncio.Future[Any]] = []
+    fit: (records in the batch, a future resolving to its metadata once the broker has it)."""
+    delivered: list[tuple[int, asyncio.Future[Any]]] = []
     batch = producer.create_batch()
     for key, value, headers in rows:
         if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
-            delivered.append(await producer.send_batch(batch, topic, partition=partition))
+            count = batch.record_count()
+            delivered.append((count, await producer.send_batch(batch, topic, partition=partition)))
             batch = producer.create_batch()
             if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
                 raise ValueError(f"a record for {topic} exceeds the producer's batch size")
     if batch.record_count():
-        delivered.append(await producer.send_batch(batch, topic, partition=partition))
+        count = batch.record_count()
+        delivered.append((count, await producer.send_batch(batch, topic, partition=partition)))
     return delivered
+
+
+def leave_group_on_stop(consumer: AIOKafkaConsumer) -> None:
+    """Make the consumer's close send LeaveGroup, as a static member too.
+
+    aiokafka never sends LeaveGroup for a static member (``group_instance_id``, KIP-345:
+    a member restarted under the same id should get its partitions back without a
+    rebalance), so a worker stopped on purpose held its partitions, idle, until its
+    session expired (``streams_session_timeout_s``: 10 s of no progress on them in the
+    chaos bench). A graceful stop is a departure: clearing the instance id on the
+    coordinator, just before ``stop()``, makes its close leave by member id, which the
+    broker accepts for a static member and answers with an immediate rebalance (about
+    1 s here, against the session timeout). A SIGKILLed worker sends nothing: it keeps
+    the static behaviour, its partitions waiting for its restart.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None:
+        coordinator._group_instance_id = None
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -8,13 +8,16 @@ The store only ever holds committed state: the host restores it from the changel
 ``read_committed``, and applies a batch's writes only after the Kafka transaction that
 carries them committed (:meth:`commit`). It lives in the worker's data directory, which
 is emptied at each start (:mod:`streams.datadir`), and skips RocksDB's write-ahead log:
-a crash loses nothing the changelog does not hold.
+a crash loses nothing the changelog does not hold. Within one process a store outlives a
+rebalance that gives its partition back to the same worker: the host then reads the
+changelog on from :attr:`PartitionStore.position` instead of from the start.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,6 +82,12 @@ class PartitionStore:
         #: key -> (decoded value or _ABSENT, weight); least recently used first
         self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._weight = 0
+        #: the changelog offset this copy is complete up to: every committed record below
+        #: it is reflected here (a restore reads on from it; the host advances it over the
+        #: records its own committed transactions wrote)
+        self.position = 0
+        #: when the position last advanced (monotonic seconds): see ``fresh``
+        self.synced_at = time.monotonic()
 
     def get(self, key: str) -> Any:
         cached = self._cache.get(key)
@@ -116,8 +125,9 @@ class PartitionStore:
         self._weight = 0
         self._db.write(batch)
 
-    def commit(self, changes: Iterable[Change]) -> None:
-        """Write a batch's changes once the transaction that carries them committed."""
+    def commit(self, changes: Iterable[Change], position: int | None = None) -> None:
+        """Write a batch's changes once the transaction that carries them committed;
+        ``position``: the changelog offset after the records that transaction wrote."""
         batch = WriteBatch(raw_mode=True)
         for change in changes:
             if change.raw_value is None:
@@ -127,6 +137,20 @@ class PartitionStore:
                 batch.put(change.raw_key, change.raw_value)
                 self._remember(change.key, change.value, len(change.raw_value))
         self._db.write(batch)
+        if position is not None:
+            self.caught_up(position)
+
+    def caught_up(self, position: int) -> None:
+        """Every committed changelog record below ``position`` is reflected here."""
+        self.position = max(self.position, position)
+        self.synced_at = time.monotonic()
+
+    def fresh(self, max_age_s: float) -> bool:
+        """Whether reading on from :attr:`position` still yields the state: true while the
+        copy was synced within ``max_age_s``, kept well under the changelog's
+        ``delete.retention.ms`` (Kafka's default: 24 h), after which compaction may drop
+        a tombstone written past the position, and the deleted key would stay here."""
+        return time.monotonic() - self.synced_at <= max_age_s
 
     def close(self) -> None:
         self._db.close()

@@ -87,6 +87,12 @@ READY_TIMEOUT_S = 120.0
 PROGRESS_TIMEOUT_S = 150.0
 SPREAD_TIMEOUT_S = 120.0
 ASSIGNED_LINE = re.compile(r"assigned partitions \[([0-9, ]*)\]")
+#: the same line's account of the stores a rebalance kept and what it read (streams/host.py)
+KEPT_LINE = re.compile(
+    r"assigned partitions \[([0-9, ]*)\] \(stores kept: \[([0-9, ]*)\]\): restored (\d+)"
+)
+#: a worker stopped with SIGTERM is out of the group in this long (its session: 6 s)
+DEPARTURE_S = 3.0
 
 Offsets = dict[str, dict[int, int]]
 
@@ -208,6 +214,18 @@ class Worker:
         if not found:
             return None
         return sorted(int(n) for n in found[-1].replace(",", " ").split())
+
+    def kept_stores(self) -> list[tuple[list[int], list[int], int]]:
+        """Per assignment: (the numbers assigned, those whose stores were kept, changelog
+        records read for all of them)."""
+
+        def numbers(text: str) -> list[int]:
+            return sorted(int(n) for n in text.replace(",", " ").split())
+
+        return [
+            (numbers(assigned), numbers(kept), int(read))
+            for assigned, kept, read in KEPT_LINE.findall(self.process.stderr_text())
+        ]
 
     def terminate(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (stop after the batch in flight); the exit status, None if it hung."""
@@ -331,6 +349,19 @@ def spread_problems(group: GroupState, running: Sequence[Worker], prefix: str) -
     return problems
 
 
+def wait_departed(bootstrap: str, prefix: str, worker: Worker, timeout: float) -> float:
+    """Until the group no longer lists ``worker`` (stopped already); how long that took."""
+    group_name = prefix + topics.STREAMS_APP_ID
+    began = time.monotonic()
+    while worker.client_id in asyncio.run(describe_group(bootstrap, group_name)).by_client_id():
+        assert time.monotonic() - began < timeout, (
+            f"{worker.name} still a member {timeout:.0f} s after it stopped: a static member "
+            "stopped on purpose must leave the group, not wait for its session to expire"
+        )
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
 def wait_spread(
     bootstrap: str, prefix: str, running: Sequence[Worker], timeout: float = SPREAD_TIMEOUT_S
 ) -> dict[str, list[int]]:
@@ -415,6 +446,12 @@ def test_stream_workers_scale_out_and_in_under_load(
             changed = time.monotonic()
             w2.start().wait_ready()
             stages.check("second worker joined", [w1, w2], changed)
+            # w1 held every partition: each rebalance since gave it back a share of them,
+            # whose stores it kept, reading nothing (no one else wrote their changelogs)
+            since_join = w1.kept_stores()[1:]
+            assert since_join, w1.tail(6000)
+            for assigned, kept, read in since_join:
+                assert (kept, read) == (assigned, 0), (since_join, w1.tail(6000))
 
             changed = time.monotonic()
             w3.start().wait_ready()
@@ -423,6 +460,7 @@ def test_stream_workers_scale_out_and_in_under_load(
             changed = time.monotonic()
             status = w1.terminate()
             assert status == 0, f"w1 did not stop cleanly on SIGTERM\n{w1.tail(6000)}"
+            departed_s = wait_departed(kafka_bootstrap, prefix, w1, DEPARTURE_S)
             stages.check("w1 stopped (SIGTERM)", [w2, w3], changed)
 
             changed = time.monotonic()
@@ -439,6 +477,8 @@ def test_stream_workers_scale_out_and_in_under_load(
                 {
                     "stages": stages.rows,
                     "ready_s": {w.name: round(w.ready_s, 1) for w in workers.values()},
+                    "w1_departed_s": round(departed_s, 2),
+                    "kept_stores": {w.name: w.kept_stores() for w in (w1, w2)},
                     "load": result.summary(),
                     "log": report.summary(),
                     "seconds": round(time.monotonic() - began, 1),
