@@ -13,7 +13,8 @@ is missing from its table):
 - ``report`` or ``read``, ``x-reef-scenario``: ``GET /reef/reports/{id}``.
 - ``read``, scenario from the path or ``x-reef-scenario``:
   ``GET /reef/scenarios/{s}/releases``, ``/records``, ``/records/{id}``,
-  ``GET /reef/harness``, ``GET /reef/lfs/{s}/objects/{oid}``,
+  ``GET /reef/harness``, ``/reef/harness/releases``, ``/versions``, ``/install``,
+  ``GET /reef/lfs/{s}/objects/{oid}``,
   ``POST /reef/lfs/{s}/objects/batch`` (download only, for every token).
 - ``read``, listing filtered by the allow-list: ``GET /reef/scenarios``,
   ``GET /reef/status`` (a bound token sees no deployment-wide figures).

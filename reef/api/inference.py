@@ -33,6 +33,7 @@ from reef.api.dialects import (
     usage_of,
 )
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
+from reef.api.pins import pinned_release
 from reef.api.upstream import relayed_status
 from reef.core.errors import LogUnavailableError, RequestError
 from reef.core.events import InferenceRecorded, utc_now
@@ -203,13 +204,14 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         changed = True
     if changed:
         raw = json.dumps(body).encode()
+    pinned = pinned_release(request, ctx, scenario)
     view, _ = await registry.ensure(ctx, scenario)
     exchange = Exchange(
         receipt=new_receipt(scenario),
         scenario=scenario,
         route=route,
         dialect=dialect.value,
-        release_id=view.head,
+        release_id=pinned or view.head,
         request_json=raw.decode(),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         stream=body.get("stream") is True,

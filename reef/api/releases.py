@@ -1,4 +1,4 @@
-"""Rollback, promote, the harness files of a release, and the Git LFS endpoint.
+"""Rollback, promote, and the Git LFS endpoint (the harness routes: reef.api.harness).
 
 Rollback and promote are proposals to the release chain: the API names the current head
 as parent and the target's content, appends ReleaseProposed and waits for the chain's
@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
-from reef.api.inputs import checked_scenario, parse_object, read_body, scenario_header
+from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.artifacts import ArtifactError, missing_objects
 from reef.artifacts.lfs import LFS_MEDIA_TYPE, href_for_store, lfs_batch_response
 from reef.core.errors import RequestError
@@ -30,7 +30,7 @@ DECISION_SECONDS = 30.0
 RELEASE_HEADER = "x-reef-release-id"
 
 
-def _release(view: ScenarioView, release_id: str) -> ReleaseView:
+def find_release(view: ScenarioView, release_id: str) -> ReleaseView:
     for release in view.releases:
         if release.release_id == release_id:
             return release
@@ -73,7 +73,7 @@ async def _republish(request: Request, scenario: str, operation: str) -> JSONRes
     if not isinstance(wanted, str) or not wanted:
         raise RequestError(400, "invalid_release_id", "release_id must be a non-empty string")
     view = registry.find(ctx, scenario)
-    target = _release(view, wanted)
+    target = find_release(view, wanted)
     if operation == "promote" and not target.pending:
         raise RequestError(409, "not_pending", f"release {wanted!r} is not pending")
     if operation == "rollback" and target.pending:
@@ -105,7 +105,7 @@ async def _republish(request: Request, scenario: str, operation: str) -> JSONRes
     outcome, detail = ctx.projection.state.decisions[proposal_id]
     if outcome == "rejected":
         raise RequestError(409, detail, f"the release chain rejected the {operation}: {detail}")
-    release = _release(ctx.projection.state.scenarios[scenario], detail)
+    release = find_release(ctx.projection.state.scenarios[scenario], detail)
     return JSONResponse({"scenario": scenario, **release.as_json(detail)})
 
 
@@ -119,36 +119,6 @@ async def _require_restorable(ctx: AppContext, release: ReleaseView) -> None:
         raise RequestError(409, "not_restorable", f"release content unavailable: {exc}") from exc
     if missing:
         raise RequestError(409, "not_restorable", f"{len(missing)} artifact object(s) missing")
-
-
-@router.get(
-    "/reef/harness",
-    responses=openapi.errors(400, 401, 403, 404, 503),
-    openapi_extra=openapi.declare(scenario_header=True),
-)
-async def harness(request: Request, release_id: str | None = None) -> JSONResponse:
-    """The files of the current (or a pinned) release of a harness scenario.
-
-    curl -H "Authorization: Bearer $REEF_TOKEN" -H "x-reef-scenario: demo" \\
-      "http://127.0.0.1:8900/reef/harness?release_id=<id>"
-    """
-    ctx = context_of(request)
-    principal = ctx.authenticate(request, "read")
-    scenario = scenario_header(request)
-    principal.require_scenario(scenario)
-    view = registry.find(ctx, scenario)
-    release = _release(view, release_id or view.head)
-    files = await asyncio.to_thread(ctx.content.read_text_files, release.content_id)
-    return JSONResponse(
-        {
-            "release_id": release.release_id,
-            "parent_release_id": release.parent_release_id,
-            "content_id": release.content_id,
-            "files": files,
-            "evaluation": release.evaluation,
-        },
-        headers={RELEASE_HEADER: release.release_id},
-    )
 
 
 # -- Git LFS (download only) ---------------------------------------------------------------

@@ -23,6 +23,7 @@ COMMANDS: Final = {
     "engine": "reef.cli.engine:engine",
     "export": "reef.cli.export:export",
     "git": "reef.cli.git:git",
+    "harness": "reef.cli.harness:harness",
     "log": "reef.cli.log:log",
     "replay": "reef.cli.replay:replay_command",
     "serve": "reef.cli.serve:serve",

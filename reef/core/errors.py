@@ -14,6 +14,11 @@
     ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
     ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
     ├── TrainerError                a trainer cannot go on (trainers.consumer)
+    ├── HarnessTreeError            a harness tree cannot be rendered (reef.harness)
+    │   ├── UnknownAdapterError     no adapter by that name
+    │   ├── AdapterRefusedError     the adapter does not render an entry's kind
+    │   ├── UnsafeHarnessPathError  a path is absolute or escapes its root
+    │   └── CredentialInTreeError   a config entry carries a credential
     └── RequestError                a client request is invalid (HTTP 4xx, see reef.api)
 
 Subtrees drawn where they are defined: ArtifactError (reef.artifacts.errors), EngineError

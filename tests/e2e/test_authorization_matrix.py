@@ -91,6 +91,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/reef/scenarios/{scenario}/rollback"): rule("path", "admin"),
     ("POST", "/reef/scenarios/{scenario}/promote"): rule("path", "admin"),
     ("GET", "/reef/harness"): rule("header", "read"),
+    ("GET", "/reef/harness/releases"): rule("header", "read"),
+    ("GET", "/reef/harness/versions"): rule("header", "read"),
+    ("GET", "/reef/harness/install"): rule("header", "read"),
     ("POST", "/reef/lfs/{scenario}/objects/batch"): rule("path", "read"),
     ("GET", "/reef/lfs/{scenario}/objects/{oid}"): rule("path", "read"),
 }
@@ -276,6 +279,8 @@ def call_for(method: str, template: str, server: ReefServer, cast: Cast, world: 
         body = {"release_id": target}
     elif template.endswith("/promote"):
         body = {"release_id": world.creation[mine]}
+    elif template == "/reef/harness/install":
+        path += "?adapter=generic"
     elif template.endswith("/objects/batch"):
         body = {
             "operation": "download",
@@ -353,6 +358,8 @@ def assert_succeeded(
         assert response.json()["agent_record_id"] == world.reports[mine], where
     elif template.endswith("/objects/{oid}"):
         assert response.content == world.oid_bytes, where
+    elif template == "/reef/harness/install":
+        assert response.text.startswith("#!/bin/sh"), where
     elif template.endswith("/objects/batch"):
         (item,) = response.json()["objects"]
         assert "download" in item["actions"], where

@@ -1,6 +1,6 @@
 """harness_evolve end to end: failing reports → proposed edit → paired gate → harness served.
 
-``reef serve`` proxies the scripted harness upstream (tests/support/harness_upstream.py,
+``reef serve`` proxies the scripted harness upstream (reef/testing/harness_upstream.py,
 its own process): its agent answers ``Task: <word>`` correctly (the word reversed) only
 when the system prompt carries the rule, and as the proposer it answers with one JSON
 edit. Every scenario starts from the seed harness (``REEF_SEED_DIR``). Both logs
@@ -39,9 +39,9 @@ import pytest
 from recipes.harness_edits import compose
 from recipes.harness_evolve import PROPOSER_MARKER
 from recipes.tasks import exact
+from reef.testing.harness_upstream import MALFORMED, RULE, USELESS
 from reef.testing.servers import UpstreamProcess, running_upstream
 from tests.support.api import unique_scenario
-from tests.support.harness_upstream import MALFORMED, RULE, USELESS
 from tests.support.learning import LearningDeployment, learning_deployment
 from tests.support.reef_server import LOG_KINDS
 
@@ -214,7 +214,7 @@ def deployment(
     seed.mkdir()
     (seed / "system_prompt.md").write_text(SEED)
     token = f"reef-tok-{secrets.token_hex(8)}"
-    with running_upstream(tmp / "upstream", module="tests.support.harness_upstream") as upstream:
+    with running_upstream(tmp / "upstream", module="reef.testing.harness_upstream") as upstream:
         env = {
             "REEF_TOKEN": token,
             "REEF_UPSTREAM_URL": upstream.v1_url,

@@ -38,8 +38,8 @@ from recipes.harness_evolve import (
 from recipes.registry import build_recipe, recipe_from_settings
 from recipes.samples import Sample, Turn
 from reef.settings import Settings
+from reef.testing.harness_upstream import RULE
 from reef.testing.servers import UpstreamProcess, dead_url, running_upstream
-from tests.support.harness_upstream import RULE
 
 PATTERNS = ["system_prompt.md", "skills/*.md", "rules/*.md"]
 TASKS = [{"prompt": f"Task: {w}", "answer": w[::-1]} for w in ("otter", "maple", "quartz")]
@@ -261,7 +261,7 @@ def test_the_gate_selects_only_on_a_win_margin(
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
     with running_upstream(
-        tmp_path_factory.mktemp("harness-upstream"), module="tests.support.harness_upstream"
+        tmp_path_factory.mktemp("harness-upstream"), module="reef.testing.harness_upstream"
     ) as process:
         yield process
 

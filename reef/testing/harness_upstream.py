@@ -1,10 +1,13 @@
-"""A scripted upstream whose answers depend on the system prompt (``harness_evolve`` tests).
+"""A scripted upstream whose answers depend on the system prompt (the harness agent world).
 
 The scripted stand-in of :mod:`reef.testing.scripted_upstream` (same routes, request
 history at ``/_stub/requests``, ``ready <url>`` line), with chat completions answered
 as a tiny agent world::
 
-    python -m tests.support.harness_upstream --port 0
+    python -m reef.testing.harness_upstream --port 0
+
+Shared by the ``harness_evolve`` tests, the tutorial (``tutorials/harness_evolve``) and
+the benchmarks.
 
 **Agent.** A last user message ``Task: <word>`` is answered with the word reversed if
 the system prompt contains :data:`RULE`, else with the word itself (what an agent
@@ -20,7 +23,18 @@ a harness that carries the rule.
 * else, if the request shows a failing ``Task:`` trajectory: append :data:`RULE` to
   ``system_prompt.md`` (the fix); otherwise prose (nothing to fix).
 
-Every other request is answered as by the scripted upstream.
+**Reflector** (``gepa``). A request whose system prompt starts with
+:data:`recipes.gepa.reflection.REFLECTION_MARKER` is answered with the rewritten file
+(the first fenced block of the request) in a fenced block:
+
+* ``__propose_useless__`` anywhere: the file without :data:`RULE`, plus "Keep answers
+  short." (a rewrite that does not help, or harms);
+* ``__propose_malformed__``: an empty block (the step must fail closed);
+* else, if an example scored below 1 and the file lacks :data:`RULE`: the file with
+  :data:`RULE` appended; otherwise the file unchanged.
+
+Every other request is answered as by the scripted upstream. :class:`StandInChat` gives
+the same answers in-process, as a :class:`recipes.chat.ChatClient`.
 """
 
 from __future__ import annotations
@@ -33,6 +47,8 @@ from typing import Any, Final
 
 import orjson
 
+from recipes.chat import ChatEndpoint
+from recipes.gepa.reflection import REFLECTION_MARKER
 from recipes.harness_evolve import PROPOSER_MARKER
 from reef.testing.scripted_upstream import (
     ROUTES,
@@ -64,6 +80,9 @@ USELESS_EDIT: Final = {
     "rationale": "shorter answers",
 }
 _TASK = re.compile(r"Task:\s*(\S+)")
+_FILE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
+_SCORE = re.compile(r"### Score\n([0-9.eE+-]+)")
+STYLE: Final = "Keep answers short."
 _CHAT: Final = ROUTES["/v1/chat/completions"]
 
 
@@ -96,12 +115,42 @@ def proposer_answer(request_text: str) -> str:
     return "There is nothing to fix."
 
 
+def reflector_answer(request: str) -> str:
+    found = _FILE.search(request)
+    current = found.group(1).strip() if found else ""
+    if MALFORMED in request:
+        return "```\n```"
+    if USELESS in request:
+        kept = "\n".join(line for line in current.splitlines() if line.strip() != RULE)
+        return f"```\n{kept}\n{STYLE}\n```"
+    failing = any(float(score) < 1.0 for score in _SCORE.findall(request))
+    if failing and RULE not in current:
+        return f"```\n{current}\n{RULE}\n```"
+    return f"```\n{current}\n```"
+
+
 def answer_for(body: dict[str, Any]) -> str:
     messages = body.get("messages")
     system = system_text(messages)
     if system.startswith(PROPOSER_MARKER):
         return proposer_answer(orjson.dumps(messages).decode())
+    if system.startswith(REFLECTION_MARKER):
+        return reflector_answer(last_user_text(messages))
     return agent_answer(system, last_user_text(messages))
+
+
+class StandInChat:
+    """The stand-in's answers without a server (a :class:`recipes.chat.ChatClient`);
+    ``requests`` keeps every conversation asked, in order."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[dict[str, str]]] = []
+
+    def complete(
+        self, endpoint: ChatEndpoint, messages: list[dict[str, str]], *, max_tokens: int
+    ) -> str:
+        self.requests.append(messages)
+        return answer_for({"messages": messages})
 
 
 class HarnessUpstream(ScriptedUpstream):
