@@ -9,10 +9,12 @@ state is exactly what the log implies, which is what makes the log the system of
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reef.core.events import Event
 from reef.core.ids import content_hash
 from reef.core.state import DictState, Processor
 from reef.log.base import EventLog, LogRecord
@@ -36,37 +38,73 @@ def state_digest(data: dict[str, Any]) -> str:
     return content_hash(sorted(data.items()))
 
 
-async def _all_records(log: EventLog, topics: Iterable[str]) -> list[LogRecord]:
-    records = []
-    order = {topic: i for i, topic in enumerate(topics)}
-    for topic in order:
-        records.extend([r async for r in log.read(topic)])
-    records.sort(key=lambda r: (r.partition, r.timestamp_ms, order[r.topic], r.offset))
-    return records
+class _Topics:
+    """Each topic a replay needs, read once (all of them concurrently) and decoded once:
+    the join, the chain and the API fold share the inputs they have in common."""
+
+    def __init__(self, store: EventStore, records: dict[str, list[LogRecord]]) -> None:
+        self._store = store
+        self._records = records
+        self._events: dict[tuple[str, int, int], Event | None] = {}
+
+    @classmethod
+    async def read(cls, store: EventStore, topics: Iterable[str]) -> _Topics:
+        names = list(dict.fromkeys(topics))
+        lists = await asyncio.gather(*(_read(store.log, topic) for topic in names))
+        return cls(store, dict(zip(names, lists, strict=True)))
+
+    def merged(self, topics: Sequence[str]) -> list[tuple[LogRecord, Event | None]]:
+        """The records of ``topics`` in the embedded runtime's order, each with its event
+        (None: undecodable, skipped by every reader as the live hosts skip it)."""
+        order = {topic: i for i, topic in enumerate(topics)}
+        records = [r for topic in order for r in self._records[topic]]
+        records.sort(key=lambda r: (r.partition, r.timestamp_ms, order[r.topic], r.offset))
+        return [(r, self._event(r)) for r in records]
+
+    def _event(self, record: LogRecord) -> Event | None:
+        slot = (record.topic, record.partition, record.offset)
+        if slot not in self._events:
+            self._events[slot] = self._store.decode(record).event
+        return self._events[slot]
+
+
+async def _read(log: EventLog, topic: str) -> list[LogRecord]:
+    return [r async for r in log.read(topic)]
+
+
+def _replay_processor(topics: _Topics, processor: Processor) -> tuple[DictState, int]:
+    state = DictState()
+    records = topics.merged(processor.inputs)
+    for _, event in records:
+        if event is not None:
+            processor.step(state, event)
+    return state, len(records)
 
 
 async def replay_processor(store: EventStore, processor: Processor) -> tuple[DictState, int]:
-    state = DictState()
-    records = await _all_records(store.log, processor.inputs)
-    for record in records:
-        stored = store.decode(record)
-        if stored.event is not None:
-            processor.step(state, stored.event)
-    return state, len(records)
+    """One processor re-run over its inputs: its state, and how many records it read."""
+    return _replay_processor(await _Topics.read(store, processor.inputs), processor)
+
+
+async def ordered_events(store: EventStore, topics: Sequence[str]) -> list[Event]:
+    """The decodable events of ``topics`` in the order replay feeds a processor."""
+    read = await _Topics.read(store, topics)
+    return [event for _, event in read.merged(topics) if event is not None]
 
 
 async def replay(processors: Sequence[Processor], log: EventLog) -> ReplayResult:
     store = EventStore(log)
+    needed = [t for p in processors for t in p.inputs] + list(FOLLOWED_TOPICS)
+    topics = await _Topics.read(store, needed)
     states = {}
     total = 0
     for processor in processors:
-        states[processor.name], count = await replay_processor(store, processor)
+        states[processor.name], count = _replay_processor(topics, processor)
         total += count
     api = ApiState()
-    for record in await _all_records(log, FOLLOWED_TOPICS):
-        stored = store.decode(record)
-        if stored.event is not None:
-            api.apply(stored.event)
+    for _, event in topics.merged(FOLLOWED_TOPICS):
+        if event is not None:
+            api.apply(event)
     return ReplayResult(states, api, total)
 
 

@@ -30,7 +30,7 @@ from reef.core.join import JoinProcessor
 from reef.core.state import DictState
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import EventStore
-from reef.services.replay import _all_records
+from reef.services.replay import ordered_events
 from reef.testing.servers import (
     ReefProcess,
     UpstreamProcess,
@@ -87,12 +87,10 @@ def derive_samples(dep: Deployment) -> list[Event]:
         log = dep.new_log()
         await log.start()
         try:
-            store, join, state = EventStore(log), JoinProcessor(), DictState()
+            join, state = JoinProcessor(), DictState()
             out: list[Event] = []
-            for record in await _all_records(log, join.inputs):
-                stored = store.decode(record)
-                if stored.event is not None:
-                    out += join.step(state, stored.event)
+            for event in await ordered_events(EventStore(log), join.inputs):
+                out += join.step(state, event)
             return out
         finally:
             await log.close()
