@@ -120,11 +120,15 @@ def install_script(
             scenario=scenario,
             adapter=spec.name,
             agent=spec.agent,
-            digest=record.digest,
             count=len(paths),
-            record_file=RECORD_FILE,
             default_dest=DEFAULT_DEST,
-            root_env=spec.root_env or "",
+            # the values the script reads, each one quoted sh word whatever it holds
+            release_q=_quote(release_id),
+            adapter_q=_quote(spec.name),
+            digest_q=_quote(record.digest),
+            record_file_q=_quote(RECORD_FILE),
+            agent_q=_quote(spec.agent),
+            root_env_q=_quote(spec.root_env or ""),
         ),
         "expected_listing() {\n  cat <<'REEF_LISTING'\n" + listing(files) + "REEF_LISTING\n}\n",
         "new_record() {\n  cat <<'REEF_RECORD'\n" + record.text() + "REEF_RECORD\n}\n",
@@ -145,13 +149,13 @@ _HEAD: Final = """\
 # REEF_HARNESS_FORCE=1 overwrites or removes files changed since they were installed.
 set -euf
 umask 022
-RELEASE='{release}'
-ADAPTER='{adapter}'
-DIGEST='{digest}'
+RELEASE={release_q}
+ADAPTER={adapter_q}
+DIGEST={digest_q}
 COUNT={count}
-RECORD='{record_file}'
-AGENT='{agent}'
-ROOT_ENV='{root_env}'
+RECORD={record_file_q}
+AGENT={agent_q}
+ROOT_ENV={root_env_q}
 MODE=install
 if [ "${{1:-}}" = --uninstall ]; then MODE=uninstall; shift; fi
 DEST=${{1:-{default_dest}}}
