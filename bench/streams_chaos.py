@@ -8,9 +8,10 @@ What runs (real processes on loopback, on a Kafka of the bench's own):
 - ``reef topics create``, then ``reef serve --log kafka`` on a fresh topic prefix, with
   the scripted upstream (reef/testing/scripted_upstream.py);
 - 1-3 ``reef streams`` workers (``--workers`` at the start), each with its own
-  ``--instance-id``, supervised: a worker that exits on its own is restarted after 1 s
-  (status 75 is the host's "cannot continue, restart me"; any other status is a crash,
-  counted apart);
+  ``--instance-id`` (a static member, the product's default 10 s session: a killed worker is
+  restarted under its id and a removed one leaves the group), supervised: a worker that
+  exits on its own is restarted after 1 s (status 75 is the host's "cannot continue,
+  restart me"; any other status is a crash, counted apart);
 - the steady load (reef/testing/load.py): ``--rate`` chat completions per second, open
   loop, each followed by a report quoting its receipt.
 
@@ -107,9 +108,6 @@ from reef.testing.servers import ReefProcess, run_reef, start_reef, start_upstre
 TOKEN = "reef-chaos-token"
 FAULTS = ("worker-kill", "broker-stall", "rebalance")
 CLUSTER_FAULTS = (*FAULTS, "broker-kill")
-#: a restarted worker rejoins at once (static membership); a dead one's session expires
-#: quickly; its own watchdog ends it after this many seconds without progress
-SESSION_TIMEOUT_S = 6
 HARD_LIMIT_S = 300.0
 
 
@@ -288,7 +286,6 @@ def main() -> int:
         scenarios = create_scenarios(reef.base_url, 3)
 
         worker_env = {
-            "REEF_STREAMS_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
             "REEF_STREAMS_STALL_TIMEOUT_S": str(args.stall_timeout),
             "REEF_PARTITIONS": str(args.partitions),
         }
