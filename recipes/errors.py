@@ -5,7 +5,10 @@ ReefError
 │   └── RecipeConfigError     a recipe's configuration is invalid (names the key)
 └── RecipeError               a recipe failed at run time
     ├── TrainingError         a backend could not produce a candidate
-    │   └── EditError         a proposed harness edit cannot apply (recipes.harness_edits)
+    │   ├── EditError         a proposed harness edit cannot apply (recipes.harness_edits)
+    │   └── CandidateRejectedError  ``gepa``'s child did not beat its parent on the minibatch
+    ├── RolloutError          a sample is not one scored rollout ``sao`` can train (reason)
+    │   └── MissingLogprobsError   no engine-recorded token ids and generation-time logprobs
     ├── EvaluationError       an evaluator failed (the gate then fails closed)
     ├── MissingGroupKeyError  a report lacks the grouping key the recipe needs (recipes.base)
     └── HarnessError          a harness folder cannot be read as text (recipes.harness_edits)
@@ -28,5 +31,24 @@ class TrainingError(RecipeError):
     """A training backend could not produce a candidate."""
 
 
+class CandidateRejectedError(TrainingError):
+    """A candidate was judged and refused before the gate (``gepa``: no minibatch gain)."""
+
+
 class EvaluationError(RecipeError):
     """An evaluator could not score a candidate or release."""
+
+
+class RolloutError(RecipeError):
+    """A sample is not one scored rollout the recipe can train; ``reason`` names why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MissingLogprobsError(RolloutError):
+    """A rollout lacks the engine's token ids and generation-time logprobs (no re-tokenising)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("no_engine_logprobs", message)

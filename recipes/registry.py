@@ -1,16 +1,16 @@
 """From the deployment's ``recipe`` setting to a configured :class:`~recipes.base.Recipe`.
 
-The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``harness_evolve``) or a
-dotted path ``pkg.mod:Name`` to a :class:`Recipe` subclass. Its configuration is the
-``recipe:`` section of a YAML file (``recipe_config`` setting, or the ``-c`` file of
-the command); relative paths in it are read relative to that file. Everything is
-validated here, once, at start: an unknown key or a wrong type raises
+The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``sao``,
+``harness_evolve``, ``gepa``) or a dotted path ``pkg.mod:Name`` to a :class:`Recipe` subclass.
+Its configuration is the ``recipe:`` section of a YAML file (``recipe_config`` setting,
+or the ``-c`` file of the command); relative paths in it are read relative to that file.
+Everything is validated here, once, at start: an unknown key or a wrong type raises
 :class:`~recipes.errors.RecipeConfigError` naming the key. A recipe that uses the
 deployment's own settings (``harness_evolve`` calls its upstream) has
 ``bind_deployment(settings)``, called here at start too.
 
 The registry is where a recipe meets its effects: a recipe that trains through the
-:class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``: it has
+:class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``, ``sao``: it has
 ``bind_backend``) gets the backend passed in, by default the in-process torch backend
 (:class:`trainers.backends.inprocess.InProcessBackend`, torch-free until it trains); one
 that talks to a model through the :class:`~recipes.chat.ChatClient` port
@@ -39,7 +39,9 @@ BUILTIN: dict[str, str] = {
     "core": "recipes.core:CoreRecipe",
     "sft": "recipes.sft:SftRecipe",
     "grpo": "recipes.grpo:GrpoRecipe",
+    "sao": "recipes.sao.recipe:SAORecipe",
     "harness_evolve": "recipes.harness_evolve:HarnessEvolveRecipe",
+    "gepa": "recipes.gepa.recipe:GEPARecipe",
 }
 #: names reserved for recipes this version does not have yet
 NOT_YET: frozenset[str] = frozenset()

@@ -12,7 +12,7 @@ import uvicorn
 
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.core.errors import ConfigError
-from reef.settings import describe
+from reef.settings import Settings, describe
 
 
 @click.command("serve")
@@ -58,6 +58,9 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
         err=True,
     )
+    notice = no_upstream_notice(settings)
+    if notice is not None:
+        click.echo(notice, err=True)
     uvicorn.run(
         app,
         host=settings.host,
@@ -66,4 +69,23 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+    )
+
+
+def no_upstream_notice(settings: Settings) -> str | None:
+    """What a first ``reef serve`` with no upstream serves, and what to do instead."""
+    if settings.upstream_url is not None:
+        return None
+    model = settings.engine_model
+    served = (
+        "the built-in tiny model (untrained: gibberish until a recipe trains it)"
+        if model == "tiny"
+        else f"the model {model!r}"
+    )
+    return (
+        f"reef serve: no upstream is configured, so a local engine serves {served}.\n"
+        "  To serve a provider, set its URL: --upstream-url https://api.openai.com/v1 "
+        "(or REEF_UPSTREAM_URL, or `upstream: {url: ...}` in the -c file; the key in "
+        "REEF_UPSTREAM_API_KEY).\n"
+        "  To watch the tiny model learn from reports, run `reef demo`."
     )

@@ -5,9 +5,11 @@ module lazily or only when used), and the only one that uses the model kit
 (:mod:`reef.modelkit`):
 
 - :mod:`trainers.backends.inprocess` — :class:`~trainers.backends.inprocess.InProcessBackend`,
-  the :class:`recipes.training.TrainingBackend` the registry binds to the ``sft`` and
-  ``grpo`` recipes; torch-free to import, it loads the modules below on first use;
+  the :class:`recipes.training.TrainingBackend` the registry binds to the ``sft``,
+  ``grpo`` and ``sao`` recipes; torch-free to import, it loads the modules below on first use;
 - :mod:`trainers.backends.torch_backend` — full-weight SFT, GRPO, greedy decoding;
 - :mod:`trainers.backends.lora` — LoRA SFT with PEFT;
+- :mod:`trainers.backends.sao` — ``sao``: policy and critic from single scored rollouts
+  (its tensor math in :mod:`trainers.backends.sao_math`);
 - :mod:`trainers.backends.slime_source` — Reef batches as slime rollout groups.
 """

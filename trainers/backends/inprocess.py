@@ -1,8 +1,9 @@
 """The in-process torch backend behind :class:`recipes.training.TrainingBackend`.
 
 Importing this module loads no training library: each method imports
-:mod:`trainers.backends.torch_backend` (and :mod:`trainers.backends.lora` for LoRA) when
-it is first called, so building a recipe (``reef serve`` at start-up) stays torch-free.
+:mod:`trainers.backends.torch_backend` (:mod:`trainers.backends.lora` for LoRA,
+:mod:`trainers.backends.sao` for ``sao``) when it is first called, so building a recipe
+(``reef serve`` at start-up) stays torch-free.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from recipes.sao.training import SaoTraining, Step
     from recipes.training import Conversation, Example, GrpoTraining, Rollout, SftTraining
 
 
@@ -38,6 +40,13 @@ class InProcessBackend:
         from trainers.backends.torch_backend import train_grpo
 
         return train_grpo(parent, rollouts, out_dir, options)
+
+    def train_sao(
+        self, parent: Path | None, steps: Sequence[Step], out_dir: Path, options: SaoTraining
+    ) -> dict[str, float]:
+        from trainers.backends.sao import train_sao
+
+        return train_sao(parent, steps, out_dir, options)
 
     def generate_greedy(
         self,
