@@ -54,6 +54,8 @@ class ChainView:
         self.consumed: dict[str, str] = {}
         self.decisions: dict[str, ChainDecision] = {}
         self.proposals: dict[str, ReleaseProposed] = {}
+        #: every committed release, in log order (what a ReleaseObserver recipe folds)
+        self.releases: dict[str, ReleaseCommitted] = {}
 
     def apply(self, event: Event) -> None:
         if isinstance(event, ScenarioCreated):
@@ -77,6 +79,7 @@ class ChainView:
         for sample in event.sample_ids:
             self.consumed.setdefault(sample, event.release_id)
         chain.contents.setdefault(event.release_id, event.content_id)
+        self.releases.setdefault(event.release_id, event)
         if event.pending or event.release_id in chain.heights:
             return
         chain.heights[event.release_id] = len(chain.heights)

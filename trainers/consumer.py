@@ -5,7 +5,10 @@ Order of work, written down once (what a crash between two steps means is in bra
 1. Catch the chain view up (``reef.scenarios``, ``reef.releases``,
    ``reef.release-proposals``) and wait for the decision on any proposal this group
    made that is still undecided (a crash after step 5 and before step 6), so the set of
-   consumed sample ids is complete before anything is read.
+   consumed sample ids is complete before anything is read. A recipe that folds the
+   chain (:class:`recipes.releases.ReleaseObserver`, e.g. ``gepa``'s archive) is fed
+   every committed release, in log order, on each catch-up: its state is rebuilt from
+   the log after a restart.
 2. Read ``reef.samples`` from the group's committed offsets. A sample of a scenario
    bound to another recipe, or already consumed by a committed release, is skipped; one
    the recipe does not admit (score window, staleness, missing group key, no training
@@ -16,7 +19,10 @@ Order of work, written down once (what a crash between two steps means is in bra
 4. Evaluate the candidate and the head on the same evaluation, at most once per
    candidate / release (cached); an evaluation error rejects (fails closed). The gate
    decides. A rejected candidate proposes nothing: the head keeps serving, the batch is
-   done (counted, logged). [A crash here retrains the batch: no release holds it.]
+   done (counted, logged); unless the recipe keeps rejected candidates
+   (``ReleaseObserver.keep_rejected``): then steps 5-6 propose it as a *pending* release
+   (recorded and consuming the batch, never served). [A crash here retrains the batch:
+   no release holds it.]
 5. Publish the candidate's folder (content-addressed), then append ReleaseProposed
    naming the parent it trained from and the sample ids it consumed. Its proposal id is
    derived from (group, scenario, parent, sample ids), so a retry after a crash is the
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import time
@@ -46,12 +53,13 @@ from typing import Any
 
 from recipes.base import Batch, Evaluation, MissingGroupKeyError, Parent, Recipe
 from recipes.errors import RecipeError
+from recipes.releases import ReleaseFact, ReleaseObserver
 from recipes.samples import ClaimResolver, Sample, sample_from_event
 from reef.artifacts import materialise_cached
 from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.errors import ReefError
-from reef.core.events import ReleaseProposed, SampleJoined, utc_now
+from reef.core.events import ReleaseCommitted, ReleaseProposed, SampleJoined, utc_now
 from reef.core.ids import EMPTY_CONTENT_ID, canonical_json, derived_id
 from reef.log.base import LogRecord
 from reef.services.eventstore import EventStore
@@ -109,6 +117,9 @@ class Trainer:
         self._pending: dict[str, tuple[int, int]] = {}
         self._evaluations: dict[str, Evaluation] = {}
         self._queue: asyncio.Queue[LogRecord] = asyncio.Queue(maxsize=1000)
+        self._observed = 0  # committed releases fed to an observing recipe
+        if isinstance(recipe, ReleaseObserver):
+            recipe.bind_contents(self._open_content)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -127,7 +138,7 @@ class Trainer:
             self.progress.running = False
 
     async def _start(self) -> None:
-        await self.follower.catch_up()
+        await self._catch_up()
         for proposal_id in self.follower.view.undecided(self.config.group + "/"):
             logger.info("waiting for the chain's decision on earlier proposal %s", proposal_id)
             await self._decision(proposal_id)
@@ -141,6 +152,22 @@ class Trainer:
             self.recipe.name,
             {p: o for p, o in self._read.items() if o},
         )
+
+    async def _catch_up(self) -> None:
+        await self.follower.catch_up()
+        if not isinstance(self.recipe, ReleaseObserver):
+            return
+        releases = list(self.follower.view.releases.values())
+        for event in releases[self._observed :]:
+            self.recipe.observe_release(release_fact(event))
+        self._observed = len(releases)
+
+    def _open_content(self, content_id: str) -> Path | None:
+        """A release's files by content id (blocking: recipes call it in worker threads)."""
+        if content_id == EMPTY_CONTENT_ID:
+            return None
+        manifest = self.content.load(content_id)
+        return materialise_cached(self.content.store, manifest, self.config.work_dir / "releases")
 
     def _owned(self) -> list[int]:
         if self.config.partitions is not None:
@@ -183,7 +210,7 @@ class Trainer:
         if event.scenario not in view.recipes or (
             view.staleness(event.scenario, event.release_ids) is None
         ):
-            await self.follower.catch_up()
+            await self._catch_up()
         if view.recipes.get(event.scenario) != self.config.recipe_name:
             return
         self.progress.samples_read += 1
@@ -239,7 +266,7 @@ class Trainer:
         for scenario in self.batcher.scenarios():
             if not partial and not self.batcher.ready(scenario):
                 continue
-            await self.follower.catch_up()
+            await self._catch_up()
             for sample, reason in self.batcher.prune(scenario, self._reason):
                 self._pending.pop(sample.sample_id, None)
                 self._skip(sample.sample_id, scenario, reason)
@@ -289,7 +316,7 @@ class Trainer:
 
     async def _attempt(self, batch: Batch) -> ChainDecision | None:
         """Train, evaluate, gate and propose once; None when nothing was proposed."""
-        await self.follower.catch_up()
+        await self._catch_up()
         head = self.follower.view.head(batch.scenario)
         if head is None:
             raise TrainerError(f"scenario {batch.scenario} has no head release")
@@ -340,11 +367,16 @@ class Trainer:
             )
             return None
         step["training"] = candidate.metrics
-        verdict = await self._gate(candidate_id, candidate.folder, parent, step)
-        if verdict is None:
+        gated = await self._gate(candidate_id, candidate.folder, parent, step)
+        if gated is None:
+            return None
+        selected, verdict, evaluation = gated
+        if not selected and not self._keeps_rejected(evaluation):
             return None
         new_content = await asyncio.to_thread(self.content.publish_dir, candidate.folder)
-        proposal = self._proposal(batch, release_id, new_content, candidate.metrics, verdict)
+        proposal = self._proposal(
+            batch, release_id, new_content, candidate.metrics, verdict, pending=not selected
+        )
         await self.store.append(proposal)
         self.progress.proposals["proposed"] += 1
         logger.info(
@@ -354,13 +386,18 @@ class Trainer:
             len(batch.samples),
         )
         decision = await self._decision(proposal.proposal_id)
-        self._record(step, proposal.proposal_id, decision)
+        self._record(step, proposal.proposal_id, decision, pending=not selected)
         return decision
+
+    def _keeps_rejected(self, evaluation: Evaluation) -> bool:
+        recipe = self.recipe
+        return isinstance(recipe, ReleaseObserver) and recipe.keep_rejected(evaluation)
 
     async def _gate(
         self, candidate_id: str, folder: Path, parent: Parent, step: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """Evaluate and decide; the evaluation JSON when selected, None when rejected."""
+    ) -> tuple[bool, dict[str, Any], Evaluation] | None:
+        """Evaluate and decide: (selected, the verdict's JSON, the candidate's
+        evaluation); None when an evaluation failed."""
         try:
             evaluation = await self._evaluate(candidate_id, folder)
             baseline = await self._evaluate(f"release:{parent.content_id}", parent.folder)
@@ -369,15 +406,16 @@ class Trainer:
             return None
         decision = self.recipe.select(evaluation, baseline)
         step.update(candidate_score=evaluation.score, baseline_score=baseline.score)
-        if not decision.selected:
-            self._rejected(step, "gate_rejected", decision.reason)
-            return None
-        logger.info("candidate selected (%s): %s", decision.policy, decision.reason)
-        return {
+        verdict = {
             "candidate": evaluation.as_json(),
             "baseline": baseline.as_json(),
             "decision": decision.as_json(),
         }
+        if not decision.selected:
+            self._rejected(step, "gate_rejected", decision.reason)
+            return False, verdict, evaluation
+        logger.info("candidate selected (%s): %s", decision.policy, decision.reason)
+        return True, verdict, evaluation
 
     def _rejected(self, step: dict[str, Any], outcome: str, reason: str) -> None:
         self.progress.candidates["rejected"] += 1
@@ -411,6 +449,8 @@ class Trainer:
         content_id: str,
         metrics: dict[str, float],
         evaluation: dict[str, Any],
+        *,
+        pending: bool = False,
     ) -> ReleaseProposed:
         proposal_id = derived_id(
             "proposal", self.config.group, batch.scenario, parent, *batch.sample_ids
@@ -429,12 +469,13 @@ class Trainer:
             ),
             evaluation_json=canonical_json(evaluation),
             sample_ids=batch.sample_ids,
+            pending=pending,
         )
 
     async def _decision(self, proposal_id: str) -> ChainDecision:
         deadline = time.monotonic() + self.recipe.config.decision_timeout_s
         while True:
-            await self.follower.catch_up()
+            await self._catch_up()
             decision = self.follower.view.decisions.get(proposal_id)
             if decision is not None:
                 return decision
@@ -445,9 +486,16 @@ class Trainer:
                 )
             await asyncio.sleep(POLL_SECONDS)
 
-    def _record(self, step: dict[str, Any], proposal_id: str, decision: ChainDecision) -> None:
+    def _record(
+        self, step: dict[str, Any], proposal_id: str, decision: ChainDecision, *, pending: bool
+    ) -> None:
         step["proposal_id"] = proposal_id
-        if decision.committed:
+        if decision.committed and pending:
+            # the gate's rejection stands (counted there); the candidate is only recorded
+            self.progress.proposals["pending"] += 1
+            step["pending_release_id"] = decision.release_id
+            logger.info("rejected candidate kept as pending release %s", decision.release_id)
+        elif decision.committed:
             self.progress.candidates["accepted"] += 1
             self.progress.proposals["committed"] += 1
             step.update(outcome="committed", release_id=decision.release_id)
@@ -481,6 +529,7 @@ class Trainer:
         self.batcher = Batcher(self.recipe.config.batching)
         self._pending.clear()
         self._queue = asyncio.Queue(maxsize=1000)
+        self._observed = 0  # the new view replays the chain; observers ignore repeats
 
     # -- status ---------------------------------------------------------------------------
 
@@ -489,3 +538,25 @@ class Trainer:
         body = self.progress.as_json(len(self._pending))
         body["committed_offsets"] = {str(p): o for p, o in sorted(self._committed.items()) if o}
         return body
+
+
+def release_fact(event: ReleaseCommitted) -> ReleaseFact:
+    """A committed release as a recipe sees it (its JSON fields decoded)."""
+    return ReleaseFact(
+        scenario=event.scenario,
+        release_id=event.release_id,
+        content_id=event.content_id,
+        operation=event.operation,
+        parent_release_id=event.parent_release_id,
+        pending=event.pending,
+        metrics=_object(event.metrics_json),
+        evaluation=_object(event.evaluation_json),
+    )
+
+
+def _object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
