@@ -8,6 +8,8 @@
   ``reef_options`` fixture to configure its server.
 * ``operations_deployment`` / ``operations_history`` (package): one embedded deployment and
   its workload, shared by the operations modules (audit, export).
+* ``copy_warm_start_dir`` (session): the warm-started tiny model the grpo and sao learning
+  tests start their scenarios from (tests/support/learning_loop.copy_warm_start), built once.
 
 The Kafka topics are shared by every test and every run, so a :class:`ReefServer` reads
 the log only from the end offsets it saw before it started, and tests use unique
@@ -17,6 +19,7 @@ scenario names.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from reef.testing.servers import (
     run_reef,
 )
 from tests.support.deployment import Deployment
+from tests.support.learning_loop import copy_warm_start
 from tests.support.operations import History, embedded_deployment, run_workload
 from tests.support.reef_server import (  # noqa: F401  (fixtures, found by pytest here)
     LOG_KINDS,
@@ -101,3 +105,9 @@ def reef_options() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def reef_server(reef_factory: ReefFactory, reef_options: dict[str, Any]) -> ReefServer:
     return reef_factory(**reef_options)
+
+
+@pytest.fixture(scope="session")
+def copy_warm_start_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The warm-started creation weights, built once per run (read only by the servers)."""
+    return copy_warm_start(tmp_path_factory.mktemp("copy-warm-start"))

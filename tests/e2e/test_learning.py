@@ -39,7 +39,6 @@ import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails h
 from tests.support.api import unique_scenario
 from tests.support.learning import learning_deployment
 from tests.support.learning_loop import (
-    COPY,
     FIRST_LETTER,
     MAX_ROUNDS,
     MEASURE,
@@ -108,33 +107,12 @@ GROUP_SIZE = 8  # answers sampled per prompt (one group)
 PROMPTS = 32  # groups per round (one batch)
 TEMPERATURE = 1.0  # sample from the policy the engine records logprobs of
 GRPO_MAX_ROUNDS = 14  # above 0.7 after 5-8 rounds in 7 seeded runs (see the test)
-WARM_ROUNDS = 8
-
-
-def warm_start(folder: Path) -> Path:
-    """The creation release's weights: the tiny model after a short imitation warm-up on
-    the *copy* task (8 x 30 AdamW steps on 32 training words). It has never seen the grpo
-    task ("First letter of: <word>"), to which it answers with (a garbled copy of) the
-    whole word: held-out score ~0.1 (partial credit for the first letter). From the
-    random tiny model a policy gradient has nothing to work with: it never samples a
-    right answer (reference/learning-notes.md)."""
-    from recipes.sft import SftTraining
-    from trainers.backends.torch_backend import train_sft
-
-    rng = random.Random(99)
-    parent: Path | None = None
-    for index in range(WARM_ROUNDS):
-        words = rng.sample(TRAIN, 32)
-        examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
-        out = folder / f"warm-{index}"
-        train_sft(parent, examples, out, SftTraining(steps=30, learning_rate=3e-3))
-        parent = out
-    assert parent is not None
-    return parent
 
 
 @pytest.fixture
-def grpo_loop(request: pytest.FixtureRequest, log_kind: str, tmp_path: Path) -> Iterator[Loop]:
+def grpo_loop(
+    request: pytest.FixtureRequest, log_kind: str, tmp_path: Path, copy_warm_start_dir: Path
+) -> Iterator[Loop]:
     scenario = unique_scenario("grpo")
     config = write_recipe(
         tmp_path,
@@ -144,7 +122,7 @@ def grpo_loop(request: pytest.FixtureRequest, log_kind: str, tmp_path: Path) -> 
         FIRST_LETTER,
     )
     env = engine_env(scenario, "grpo", config)
-    env["REEF_SEED_DIR"] = str(warm_start(tmp_path / "warm"))
+    env["REEF_SEED_DIR"] = str(copy_warm_start_dir)
     bootstrap = request.getfixturevalue("kafka_bootstrap") if log_kind == "kafka" else None
     with learning_deployment(
         log_kind, tmp_path, env, token=TOKEN, group="trainer:grpo", kafka_bootstrap=bootstrap

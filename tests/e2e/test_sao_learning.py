@@ -25,7 +25,6 @@ import pytest
 from tests.support.api import unique_scenario
 from tests.support.learning import learning_deployment
 from tests.support.learning_loop import (
-    COPY,
     FIRST_LETTER,
     MEASURE,
     TOKEN,
@@ -38,39 +37,19 @@ pytestmark = pytest.mark.slow
 
 ROLLOUTS = 128  # distinct prompts per round: one batch, one candidate, one release
 ROUNDS = 3
-WARM_ROUNDS = 8
 TRAINING = (
     "  training: {learning_rate: 0.001, epochs: 4, warmup_steps: 2, critic_steps_per_actor: 2}\n"
 )
 
 
-def warm_start(folder: Path) -> Path:
-    """The creation release: the tiny model after 8 x 30 imitation steps on the *copy*
-    task. It has never seen "First letter of:" and answers it with (a garbled copy of) the
-    word: held-out score ~0.06, partial credit for the first letter."""
-    from recipes.training import SftTraining
-    from trainers.backends.torch_backend import train_sft
-
-    rng = random.Random(99)
-    parent: Path | None = None
-    for index in range(WARM_ROUNDS):
-        words = rng.sample(TRAIN, 32)
-        examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
-        out = folder / f"warm-{index}"
-        train_sft(parent, examples, out, SftTraining(steps=30, learning_rate=3e-3))
-        parent = out
-    assert parent is not None
-    return parent
-
-
 @pytest.fixture
-def sao_loop(tmp_path: Path) -> Iterator[Loop]:
+def sao_loop(tmp_path: Path, copy_warm_start_dir: Path) -> Iterator[Loop]:
     scenario = unique_scenario("sao")
     config = tmp_path / "sao.yaml"
     config.write_text(f"recipe:\n  batching: {{batch_size: {ROLLOUTS}}}\n{TRAINING}")
     env = engine_env(scenario, "sao", config)
     env["REEF_RECORD_TOKENS"] = "true"
-    env["REEF_SEED_DIR"] = str(warm_start(tmp_path / "warm"))
+    env["REEF_SEED_DIR"] = str(copy_warm_start_dir)
     with learning_deployment(
         "embedded", tmp_path, env, token=TOKEN, group="trainer:sao"
     ) as deployment:

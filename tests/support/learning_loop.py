@@ -64,6 +64,33 @@ def prompt(word: str) -> str:
     return COPY.prompt(word)
 
 
+#: imitation rounds of :func:`copy_warm_start`
+WARM_ROUNDS = 8
+
+
+def copy_warm_start(folder: Path) -> Path:
+    """Weights for a creation release: the tiny model after a short imitation warm-up on
+    the *copy* task (8 x 30 AdamW steps on 32 training words each). It has never seen
+    "First letter of: <word>", to which it answers with (a garbled copy of) the whole
+    word: held-out score ~0.06-0.1 (partial credit for the first letter). From the random
+    tiny model a policy gradient has nothing to work with: it never samples a right
+    answer (reference/learning-notes.md). Deterministic: the e2e suite builds it once
+    (``copy_warm_start_dir``, tests/e2e/conftest.py) for the grpo and sao tests."""
+    from recipes.training import SftTraining
+    from trainers.backends.torch_backend import train_sft
+
+    rng = random.Random(99)
+    parent: Path | None = None
+    for index in range(WARM_ROUNDS):
+        words = rng.sample(TRAIN, 32)
+        examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
+        out = folder / f"warm-{index}"
+        train_sft(parent, examples, out, SftTraining(steps=30, learning_rate=3e-3))
+        parent = out
+    assert parent is not None
+    return parent
+
+
 def write_recipe(tmp: Path, body: str, task: ToyTask = COPY) -> Path:
     """A deployment file whose recipe evaluates on the trainer's held-out words."""
     tasks = tmp / "trainer-eval.jsonl"
