@@ -11,6 +11,7 @@ timeouts → 504 ``upstream_timeout``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from http.cookiejar import DefaultCookiePolicy
 from typing import Final
 
 import aiohttp
@@ -54,8 +55,13 @@ class Upstream:
             max_keepalive_connections=settings.upstream_max_connections,
         )
         self._client = httpx.AsyncClient(
-            timeout=timeout, transport=transport or AiohttpTransport(limits=limits, trust_env=False)
+            timeout=timeout,
+            transport=transport or AiohttpTransport(limits=limits, trust_env=False),
         )
+        # the client is shared by every caller of the deployment: a cookie an upstream
+        # sets in one reply must not ride on every later request, whoever made it (the
+        # reply's Set-Cookie is still relayed to its own caller)
+        self._client.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))
 
     @property
     def configured(self) -> bool:
