@@ -5,15 +5,23 @@ ASGI on uvicorn). Load comes from ``wrk`` (Debian package ``wrk``), which measur
 server rather than a Python client:
 
 - latency: one connection, sequential requests → p50/p99; "added" is the target's p50/p99
-  minus the direct p50/p99 measured in the same run;
-- throughput: 16 connections → sustained requests/s.
+  minus the direct p50/p99 of the same round;
+- throughput: 16 connections → sustained requests/s;
+- streaming: wrk on ``"stream": true`` (the SSE read to its end), plus a one-connection
+  probe (bench/proxy_ttfb.py) for the added time to the first byte and per SSE event.
 
-Buffered and streaming (``"stream": true``, SSE read to the end) bodies are measured.
 Targets: direct, Reef on the embedded log, Reef on Kafka (``--kafka-bootstrap``, default:
-the local stack's single node if it answers), and a LiteLLM proxy if ``--litellm`` names
-an executable (``litellm`` from PyPI, installed in its own venv; see bench/README.md).
+the local stack's single node if it answers), with ``--baseline REF`` the same two Reefs
+built from a git ref (``HEAD``: before/after the work tree's changes, side by side in this
+run), and a LiteLLM proxy if ``--litellm`` names an executable.
 
-    .venv/bin/python bench/proxy_overhead.py [--seconds 8] [--kafka-bootstrap 127.0.0.1:19092]
+The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
+targets interleaved within a round, and the table shows the median with its spread
+(min-max). After the load each Reef takes a short run whose receipts are collected, is
+stopped, and its log is read back: "durable" counts the receipts found in the log.
+
+    .venv/bin/python bench/proxy_overhead.py [--seconds 5] [--rounds 3] [--baseline HEAD]
+        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH]
 """
 
 from __future__ import annotations
@@ -24,24 +32,26 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reef.testing.servers import (
-    ManagedProcess,
-    free_port,
-    reef_executable,
-    running_upstream,
-    spawn,
-    start_reef,
+from bench.proxy_targets import (
+    ReefTarget,
+    cpu_seconds,
+    export_tree,
+    logged_receipts,
+    start_target,
 )
+from bench.proxy_ttfb import StreamTiming, probe
+from reef.testing.servers import ManagedProcess, free_port, running_upstream, spawn
 
 TOKEN = "bench-token"
 #: LiteLLM refuses to start without a master key; authenticated like Reef, so it is fair
@@ -50,6 +60,17 @@ BODY = {
     "model": "gpt-4o",
     "messages": [{"role": "user", "content": "Return exactly: reef is ready"}],
 }
+#: collects each reply's status and receipt (header, or the in-stream ``agent_record_id``)
+RECEIPT_LUA = """
+local out = nil
+response = function(status, headers, body)
+  if out == nil then out = io.open(RECEIPTS, "a") end
+  local receipt = headers["x-reef-agent-record-id"]
+  if receipt == nil then receipt = string.match(body, 'agent_record_id"%s*:%s*"(%x+)"') end
+  out:write(status, " ", receipt or "-", "\\n")
+  out:flush()
+end
+"""
 
 
 @dataclass
@@ -57,6 +78,7 @@ class Target:
     name: str
     url: str
     headers: dict[str, str]
+    reef: ReefTarget | None = None
 
 
 @dataclass
@@ -67,14 +89,16 @@ class Result:
     p50_ms: float
     p99_ms: float
     rps: float
+    #: CPU the server (and its children) spent per reply; None for servers not started here
+    cpu_ms: float | None = None
 
 
-def lua_script(headers: dict[str, str], body: dict[str, object]) -> Path:
+def lua_script(headers: dict[str, str], body: dict[str, object], extra: str = "") -> Path:
     lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(json.dumps(body))}"]
     lines.append('wrk.headers["Content-Type"] = "application/json"')
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()]
     path = Path(tempfile.mkstemp(suffix=".lua")[1])
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra)
     return path
 
 
@@ -86,24 +110,23 @@ def _ms(text: str) -> float:
     return float(value) * _UNITS[unit]
 
 
-def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Result:
-    script = lua_script(target.headers, {**BODY, "stream": stream})
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t1" if connections == 1 else "-t2",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--latency",
-            "-s",
-            str(script),
-            target.url,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def wrk(
+    target: Target, body: dict[str, object], connections: int, seconds: int, extra: str = ""
+) -> str:
+    script = lua_script(target.headers, body, extra)
+    threads = "-t1" if connections == 1 or extra else "-t2"
+    argv = ["wrk", threads, f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script)]
+    out = subprocess.run([*argv, target.url], capture_output=True, text=True, check=True).stdout
     script.unlink()
+    return out
+
+
+def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Result:
+    pid = target.reef.process.pid if target.reef is not None else None
+    cpu_before = cpu_seconds(pid) if pid is not None else 0.0
+    out = wrk(target, {**BODY, "stream": stream}, connections, seconds)
+    cpu = cpu_seconds(pid) - cpu_before if pid is not None else None
+    replies = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     distribution = out.split("Latency Distribution", 1)[1]
     p50 = _ms(re.search(r"^\s+50%\s+(\S+)", distribution, re.M).group(1))  # type: ignore[union-attr]
     p99 = _ms(re.search(r"^\s+99%\s+(\S+)", distribution, re.M).group(1))  # type: ignore[union-attr]
@@ -111,7 +134,9 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Res
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise SystemExit(f"{target.name}: {errors.group(1)} error responses\n{out}")
-    return Result(target.name, "stream" if stream else "buffered", connections, p50, p99, rps)
+    cpu_ms = None if cpu is None else 1000 * cpu / max(1, replies)
+    mode = "stream" if stream else "buffered"
+    return Result(target.name, mode, connections, p50, p99, rps, cpu_ms)
 
 
 def kafka_answers(bootstrap: str) -> bool:
@@ -151,7 +176,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=int, default=8, help="wrk duration per measurement")
+    parser.add_argument("--seconds", type=int, default=5, help="wrk duration per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions of every measurement")
+    parser.add_argument("--baseline", help="git ref to serve beside the work tree (e.g. HEAD)")
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--litellm", help="path of a litellm executable (optional)")
     args = parser.parse_args()
@@ -160,86 +187,149 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="reef-bench-"))
     procs: list[ManagedProcess] = []
     with running_upstream(workdir) as upstream:
-        env = {"REEF_TOKEN": TOKEN}
-        reef_headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": "bench"}
         targets = [Target("direct", f"{upstream.v1_url}/chat/completions", {})]
-        embedded = start_reef(
-            ["--upstream-url", upstream.v1_url],
-            env=env,
-            state_dir=workdir / "embedded",
-            name="reef-embedded",
-        )
-        targets.append(
-            Target("reef-embedded", f"{embedded.base_url}/v1/chat/completions", reef_headers)
-        )
-        kafka = None
-        if kafka_answers(args.kafka_bootstrap):
-            prefix = f"bench-{uuid.uuid4().hex[:8]}."
-            subprocess.run(
-                [
-                    reef_executable(),
-                    "topics",
-                    "create",
-                    "--log",
-                    "kafka",
-                    "--kafka-bootstrap",
-                    args.kafka_bootstrap,
-                    "--kafka-topic-prefix",
-                    prefix,
-                ],
-                check=True,
-                capture_output=True,
-            )
-            kafka = start_reef(
-                [
-                    "--upstream-url",
-                    upstream.v1_url,
-                    "--log",
-                    "kafka",
-                    "--kafka-bootstrap",
-                    args.kafka_bootstrap,
-                    "--kafka-topic-prefix",
-                    prefix,
-                ],
-                env=env,
-                state_dir=workdir / "kafka",
-                name="reef-kafka",
-            )
-            targets.append(
-                Target("reef-kafka", f"{kafka.base_url}/v1/chat/completions", reef_headers)
-            )
-        else:
-            print(f"(no Kafka at {args.kafka_bootstrap}: skipping the Kafka target)")
-        if args.litellm:
-            proc, url = start_litellm(args.litellm, upstream.v1_url, workdir)
-            procs.append(proc)
-            targets.append(Target("litellm", url, {"Authorization": f"Bearer {LITELLM_KEY}"}))
+        kafka = args.kafka_bootstrap if kafka_answers(args.kafka_bootstrap) else None
+        if kafka is None:
+            print(f"(no Kafka at {args.kafka_bootstrap}: skipping the Kafka targets)")
+        trees: list[tuple[str, Path | None]] = [("", None)]
+        if args.baseline:
+            trees.append((f"@{args.baseline}", export_tree(args.baseline)))
         try:
-            results = []
-            for stream in (False, True):
-                for target in targets:
-                    for connections in (1, 16):
-                        results.append(run_wrk(target, stream, connections, args.seconds))
+            for suffix, tree in trees:
+                for log, bootstrap in (("embedded", None), ("kafka", kafka)):
+                    if log == "kafka" and bootstrap is None:
+                        continue
+                    reef = start_target(
+                        f"reef-{log}{suffix}",
+                        upstream.v1_url,
+                        token=TOKEN,
+                        workdir=workdir,
+                        tree=tree,
+                        kafka_bootstrap=bootstrap,
+                    )
+                    url = f"{reef.base_url}/v1/chat/completions"
+                    targets.append(Target(reef.name, url, reef.headers, reef))
+            if args.litellm:
+                proc, url = start_litellm(args.litellm, upstream.v1_url, workdir)
+                procs.append(proc)
+                targets.append(Target("litellm", url, {"Authorization": f"Bearer {LITELLM_KEY}"}))
+            results, timings = measure(targets, args.rounds, args.seconds)
+            durability = {t.name: check_durability(t, workdir) for t in targets if t.reef}
         finally:
-            embedded.stop()
-            if kafka is not None:
-                kafka.stop()
+            for target in targets:
+                if target.reef is not None:
+                    target.reef.stop()
             for proc in procs:
                 proc.stop()
-    print_table(results)
+    print_table(results, args.rounds)
+    print_streaming(timings)
+    print("\ndurability (receipts handed out over 1 s buffered + 1 s streamed at 16 connections,")
+    print("then looked up in the log read back after the server stopped):")
+    for name, (given, found, errors) in durability.items():
+        print(f"  {name:22} {found}/{given} receipts in the log, {errors} error replies")
 
 
-def print_table(results: list[Result]) -> None:
-    base = {(r.mode, r.connections): r for r in results if r.target == "direct"}
+def measure(
+    targets: list[Target], rounds: int, seconds: int
+) -> tuple[list[Result], dict[str, list[StreamTiming]]]:
+    """Every target in every mode, ``rounds`` times, interleaved (noise hits all alike)."""
+    results: list[Result] = []
+    timings: dict[str, list[StreamTiming]] = defaultdict(list)
+    for _ in range(rounds):
+        for stream in (False, True):
+            for connections in (1, 16):
+                for target in targets:
+                    results.append(run_wrk(target, stream, connections, seconds))
+        for target in targets:
+            body = {**BODY, "stream": True}
+            timings[target.name].append(probe(target.url, target.headers, body, seconds))
+    return results, timings
+
+
+def check_durability(target: Target, workdir: Path) -> tuple[int, int, int]:
+    """(receipts given, of them in the log, non-200 replies) over a short loaded run."""
+    assert target.reef is not None
+    receipts_path = workdir / f"{target.name}.receipts"
+    extra = f"RECEIPTS = {json.dumps(str(receipts_path))}\n{RECEIPT_LUA}"
+    for stream in (False, True):
+        wrk(target, {**BODY, "stream": stream}, 16, 1, extra)
+    target.reef.stop()
+    lines = receipts_path.read_text().split("\n")[:-1]
+    given = {receipt for status, receipt in (line.split() for line in lines) if status == "200"}
+    errors = sum(1 for line in lines if not line.startswith("200 "))
+    given.discard("-")
+    return len(given), len(given & logged_receipts(target.reef)), errors
+
+
+def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    median = fmt.format(statistics.median(values))
+    if len(values) == 1:
+        return median
+    return f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def print_table(results: list[Result], rounds: int) -> None:
+    """Medians over the rounds (min-max); "added" is per round, against direct's."""
+    direct = {(r.mode, r.connections, i): r for i, r in _numbered(results, "direct")}
+    names = list(dict.fromkeys(r.target for r in results))
+    print(f"\nmedian (min-max) over {rounds} rounds")
     print(
-        f"{'target':15} {'mode':9} {'conns':>5} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'added p50':>10} {'added p99':>10} {'req/s':>9}"
+        f"{'target':22} {'mode':9} {'conns':>5} {'added p50 ms':>20} "
+        f"{'added p99 ms':>22} {'req/s':>18} {'server CPU ms/reply':>22}"
     )
+    for mode in ("buffered", "stream"):
+        for connections in (1, 16):
+            for name in names:
+                rows = [
+                    (i, r)
+                    for i, r in _numbered(results, name)
+                    if r.mode == mode and r.connections == connections
+                ]
+                base = [direct[(mode, connections, i)] for i, _ in rows]
+                p50 = [r.p50_ms - b.p50_ms for (_, r), b in zip(rows, base, strict=True)]
+                p99 = [r.p99_ms - b.p99_ms for (_, r), b in zip(rows, base, strict=True)]
+                if name == "direct":
+                    p50 = [r.p50_ms for _, r in rows]
+                    p99 = [r.p99_ms for _, r in rows]
+                rps = [r.rps for _, r in rows]
+                cpu = [r.cpu_ms for _, r in rows if r.cpu_ms is not None]
+                label = f"{name}{' (absolute)' if name == 'direct' else ''}"
+                print(
+                    f"{label:22} {mode:9} {connections:>5} {_spread(p50):>20} "
+                    f"{_spread(p99):>22} {_spread(rps, '{:.0f}'):>18} "
+                    f"{_spread(cpu, '{:.2f}') if cpu else '-':>22}"
+                )
+
+
+def _numbered(results: list[Result], name: str) -> list[tuple[int, Result]]:
+    """``name``'s results, each with its round number within its (mode, connections)."""
+    seen: dict[tuple[str, int], int] = defaultdict(int)
+    out = []
     for r in results:
-        ref = base[(r.mode, r.connections)]
+        if r.target == name:
+            out.append((seen[(r.mode, r.connections)], r))
+            seen[(r.mode, r.connections)] += 1
+    return out
+
+
+def print_streaming(timings: dict[str, list[StreamTiming]]) -> None:
+    """Added time to first byte and per SSE event, one connection (bench/proxy_ttfb.py)."""
+    direct = timings["direct"]
+    print("\nstreaming, one connection: median (min-max) over the rounds")
+    print(
+        f"{'target':22} {'TTFB p50 ms':>18} {'added TTFB p50':>20} {'added TTFB p99':>20} "
+        f"{'added per event ms':>22}"
+    )
+    for name, runs in timings.items():
+        added = [r.ttfb_p50_ms - d.ttfb_p50_ms for r, d in zip(runs, direct, strict=True)]
+        added99 = [r.ttfb_p99_ms - d.ttfb_p99_ms for r, d in zip(runs, direct, strict=True)]
+        per_event = [
+            ((r.total_p50_ms - r.ttfb_p50_ms) - (d.total_p50_ms - d.ttfb_p50_ms)) / max(1, r.frames)
+            for r, d in zip(runs, direct, strict=True)
+        ]
         print(
-            f"{r.target:15} {r.mode:9} {r.connections:>5} {r.p50_ms:8.2f} {r.p99_ms:8.2f} "
-            f"{r.p50_ms - ref.p50_ms:10.2f} {r.p99_ms - ref.p99_ms:10.2f} {r.rps:9.0f}"
+            f"{name:22} {_spread([r.ttfb_p50_ms for r in runs]):>18} {_spread(added):>20} "
+            f"{_spread(added99):>20} {_spread(per_event, '{:.3f}'):>22}"
         )
 
 

@@ -278,12 +278,17 @@ async def _relay_stream(
     finished = False
     try:
         async for chunk in upstream.aiter_bytes():
+            # the events that arrived together go out together: one send, not one per event
+            relayed: list[bytes] = []
             for block in splitter.feed(chunk):
                 event = parse_event(block)
                 assembly.observe(event)
                 if not is_terminal(exchange.route, event):
-                    yield block
+                    relayed.append(block)
                     continue
+                if relayed:  # before waiting for the log: the client has them at once
+                    yield b"".join(relayed)
+                    relayed = []
                 exchange.upstream_done = time.perf_counter()
                 record = exchange.record(
                     ctx,
@@ -299,6 +304,8 @@ async def _relay_stream(
                     yield _stream_error(exchange, str(exc))
                     return
                 yield receipt_frames(exchange.route, event, assembly, exchange.receipt)
+            if relayed:
+                yield b"".join(relayed)
         if not finished:
             _record_incomplete(
                 ctx, exchange, assembly, "upstream stream ended without its final event"
