@@ -73,6 +73,7 @@ from typing import Any, Final, NoReturn
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import KafkaError
 
 from reef.catalog import processors as configured_processors
 from reef.codec import EventCodec
@@ -307,7 +308,12 @@ class StreamsHost:
                 await self._stopping.wait()
                 return
             generation = self._generation
-            polled = await consumer.getmany(timeout_ms=200)
+            try:
+                polled = await consumer.getmany(timeout_ms=200)
+            except KafkaError as exc:
+                # e.g. the group coordination aborted by a broker killed mid-rebalance
+                # (UnknownError from the assignment wait): a restart rejoins cleanly
+                self._fatal("the consumer failed", exc)
             async with self._lock:
                 if generation != self._generation:
                     # the poll spanned a rebalance: it may predate the assignment's seek
