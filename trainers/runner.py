@@ -107,6 +107,9 @@ async def supervise(trainer: Trainer, first_backoff_s: float = FIRST_BACKOFF_S) 
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the supervisor's job: keep the trainer alive, loudly
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the stop arrived as this failure: stop, never restart into it
             trainer.progress.error = f"{type(exc).__name__}: {exc}"
             logger.exception("trainer failed; restarting in %.0fs", backoff)
         await asyncio.sleep(backoff)

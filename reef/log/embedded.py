@@ -141,7 +141,9 @@ class EmbeddedLog:
         #: per-topic append counters: readers sleep until their topic moved (or a poll
         #: interval passed, for appends made by other processes)
         self._versions: dict[str, int] = {}
-        self._moved = asyncio.Condition()
+        #: set (and replaced) at each append; no lock, so a waiter cancelled at shutdown
+        #: cannot trip asyncio.Condition's re-acquire bug ("Lock is not acquired", 3.11)
+        self._appended = asyncio.Event()
         #: durable commits (one WAL fsync each) made by this log's writer; group commit
         #: keeps it below the number of appends under concurrent load
         self.commits = 0
@@ -293,7 +295,7 @@ class EmbeddedLog:
         for record in records:
             await self._partition_count(record.topic)
         positions = await self._guarded(lambda: self._write(list(records), work))
-        await self._mark_appended(records)
+        self._mark_appended(records)
         return positions
 
     async def compacted_values(self, topic: str, keys: Sequence[bytes]) -> dict[bytes, bytes]:
@@ -343,18 +345,21 @@ class EmbeddedLog:
         """Return once one of the marker's topics got an append from this process since
         the marker was taken, or after ``seconds`` (appends by other processes)."""
 
-        def moved() -> bool:
-            return any(self._versions.get(t, 0) != v for t, v in marker.items())
-
-        async with self._moved:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not any(self._versions.get(t, 0) != v for t, v in marker.items()):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._moved.wait_for(moved), seconds)
+                async with asyncio.timeout(remaining):
+                    await self._appended.wait()
 
-    async def _mark_appended(self, records: Sequence[PendingAppend]) -> None:
-        async with self._moved:
-            for topic in {record.topic for record in records}:
-                self._versions[topic] = self._versions.get(topic, 0) + 1
-            self._moved.notify_all()
+    def _mark_appended(self, records: Sequence[PendingAppend]) -> None:
+        for topic in {record.topic for record in records}:
+            self._versions[topic] = self._versions.get(topic, 0) + 1
+        self._appended.set()
+        self._appended = asyncio.Event()
 
     # -- writer side -------------------------------------------------------------
 
@@ -380,7 +385,7 @@ class EmbeddedLog:
                 if not future.done():
                     future.set_result(positions[cursor : cursor + len(batch)])
                 cursor += len(batch)
-            await self._mark_appended(records)
+            self._mark_appended(records)
 
     def _write(
         self, records: list[PendingAppend], work: Callable[[sqlite3.Connection], None] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -83,3 +84,27 @@ async def test_append_before_start_is_unavailable(tmp_path: Path) -> None:
     log = EmbeddedLog(tmp_path / "log.sqlite3", partitions=2)
     with pytest.raises(LogUnavailableError):
         await log.append("t", b"k", b"v")
+
+
+async def test_a_reader_cancelled_as_an_append_wakes_it_stops_cleanly(tmp_path: Path) -> None:
+    """Shutdown cancels readers at any moment, also twice, also just as an append wakes
+    them: they must end as a cancellation (never "Lock is not acquired")."""
+    log = EmbeddedLog(tmp_path / "log.sqlite3", partitions=1)
+    await log.start()
+    try:
+        await log.ensure_topics(["t"])
+        for i in range(50):
+            waiter = asyncio.create_task(log.wait_for_append(log.append_marker(["t"]), 5.0))
+            await asyncio.sleep(0)
+            appending = asyncio.create_task(log.append("t", b"k", b"v%d" % i))
+            for _ in range(i % 5):
+                await asyncio.sleep(0)
+            waiter.cancel()
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            waiter.cancel()  # a second stop request (a task group, a timeout) mid-cancel
+            await appending
+            outcome = (await asyncio.gather(waiter, return_exceptions=True))[0]
+            assert outcome is None or isinstance(outcome, asyncio.CancelledError), outcome
+    finally:
+        await log.close()

@@ -292,3 +292,34 @@ async def test_samples_another_release_consumed_meanwhile_are_left_out(
     mine = [c for c in await harness.committed() if kept in c.sample_ids]
     assert [c.sample_ids for c in mine] == [[kept]]
     assert trainer.status()["samples_skipped"] == {"already_consumed": 1}
+
+
+async def test_a_stop_that_arrives_as_a_failure_ends_the_supervisor() -> None:
+    """A trainer whose cancellation surfaces as another exception (as asyncio.Condition's
+    re-acquire did on 3.11: "Lock is not acquired") is stopped, never restarted: the
+    server's shutdown would otherwise hang until it is killed."""
+    from trainers import runner
+
+    class CancelledAsError:
+        progress = type("P", (), {"error": None})()
+        runs = 0
+
+        async def run(self) -> None:
+            self.runs += 1
+            if self.runs > 1:
+                return  # a restart (the defect) ends at once, so the test cannot hang
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise RuntimeError("Lock is not acquired.") from None
+
+        def reset(self) -> None:
+            pass
+
+    trainer = CancelledAsError()
+    task = asyncio.create_task(runner.supervise(trainer, first_backoff_s=0.01))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(RuntimeError, match="Lock is not acquired"):
+        await asyncio.wait_for(task, 2.0)
+    assert trainer.runs == 1
