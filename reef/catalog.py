@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from reef.core.chain import ReleaseChainProcessor
 from reef.core.join import JoinProcessor, JoinSettings
+from reef.core.sessions import SessionProcessor, SessionSettings
 from reef.core.state import Processor
 from reef.settings import Settings
 
@@ -18,5 +19,15 @@ def join_settings(settings: Settings) -> JoinSettings:
     )
 
 
+def session_settings(settings: Settings) -> SessionSettings:
+    return SessionSettings(
+        session_ttl=timedelta(seconds=settings.session_ttl_s),
+        max_open_sessions=settings.max_open_sessions,
+    )
+
+
 def processors(settings: Settings) -> list[Processor]:
-    return [JoinProcessor(join_settings(settings)), ReleaseChainProcessor()]
+    hosted: list[Processor] = [JoinProcessor(join_settings(settings)), ReleaseChainProcessor()]
+    if settings.track_sessions:
+        hosted.append(SessionProcessor(session_settings(settings)))
+    return hosted

@@ -103,6 +103,18 @@ class Settings(BaseModel):
     merge_sessions: bool = Field(
         False, description="Join multi-turn exchanges into one trajectory."
     )
+    track_sessions: bool = Field(
+        False, description="Rebuild agent sessions from exchanges: TurnCompleted on reef.turns."
+    )
+    session_ttl_s: float = Field(
+        900.0, gt=0, description="A session idle this long (event time) ends untrained."
+    )
+    max_open_sessions: int = Field(
+        4096, ge=1, description="Open sessions per scenario; the least recently active end."
+    )
+    fingerprint_secret: SecretStr | None = Field(
+        None, description="Keys the message fingerprints session matching reads (set it)."
+    )
 
     artifacts: Literal["local", "s3"] = Field("local", description="Artifact store backend.")
     s3_endpoint: str = Field("http://127.0.0.1:9000", description="S3 endpoint URL.")

@@ -35,6 +35,7 @@ from reef.api.dialects import (
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.pins import pinned_release
 from reef.api.upstream import relayed_status
+from reef.core import fingerprints
 from reef.core.errors import LogUnavailableError, RequestError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
@@ -69,6 +70,10 @@ class Exchange:
     #: the scenario's releases, to recognise an engine's weight version as one of them
     releases: frozenset[str] = frozenset()
     weight_version: str | None = None
+    #: what session matching reads instead of the sealed bodies (reef.core.fingerprints)
+    fingerprint_key: bytes | None = None
+    message_fingerprints: list[str] | None = None
+    has_tools: bool | None = None
 
     async def observe_version(self, version: object, ctx: AppContext) -> None:
         """The engine's reported weight version (SGLang/local engines; None elsewhere).
@@ -136,7 +141,30 @@ class Exchange:
             input_tokens=usage[0],
             output_tokens=usage[1],
             tags=self.tags,
+            message_fingerprints=self.message_fingerprints,
+            answer_fingerprint=_answer_fingerprint(self.fingerprint_key, response),
+            has_tools=self.has_tools,
         )
+
+
+def _fingerprint_key(ctx: AppContext, scenario: str) -> bytes | None:
+    """The scenario's fingerprint key; None (nothing fingerprinted, no cost on the request
+    path) unless the deployment tracks sessions (``track_sessions``)."""
+    if not ctx.settings.track_sessions:
+        return None
+    secret = ctx.settings.fingerprint_secret
+    key_material = secret.get_secret_value().encode() if secret else b""
+    return fingerprints.scenario_key(key_material, scenario)
+
+
+def _answer_fingerprint(key: bytes | None, response: str | None) -> str | None:
+    if key is None:
+        return None
+    try:
+        parsed = json.loads(response) if response else None
+    except ValueError:
+        return None
+    return fingerprints.answer_fingerprint(key, parsed)
 
 
 @router.post("/v1/chat/completions")
@@ -206,6 +234,7 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         raw = json.dumps(body).encode()
     pinned = pinned_release(request, ctx, scenario)
     view, _ = await registry.ensure(ctx, scenario)
+    key = _fingerprint_key(ctx, scenario)
     exchange = Exchange(
         receipt=new_receipt(scenario),
         scenario=scenario,
@@ -218,6 +247,9 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         tags=tags_of(request),
         started=started,
         releases=frozenset(r.release_id for r in view.releases),
+        fingerprint_key=key,
+        message_fingerprints=None if key is None else fingerprints.request_fingerprints(key, body),
+        has_tools=None if key is None else fingerprints.has_tools(body),
     )
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     exchange.upstream_started = time.perf_counter()

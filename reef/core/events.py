@@ -63,6 +63,10 @@ class InferenceRecorded(Event):
     sealed: bool = False
     request_sealed: bytes | None = None
     response_sealed: bytes | None = None
+    #: what session matching reads instead of the sealed bodies (reef.core.fingerprints)
+    message_fingerprints: list[str] | None = None
+    answer_fingerprint: str | None = None
+    has_tools: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +104,31 @@ class ReportRejected(Event):
     report_id: str
     reason: str
     detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnCompleted(Event):
+    """An agent turn met its next state (reef.core.sessions): a judge can score it."""
+
+    session_id: str
+    turn_index: int
+    receipt_id: str
+    next_receipt_id: str
+    release_id: str
+    matched_by: str
+    session_tag: str | None = None
+    next_state_role: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionExpired(Event):
+    """A session ended without a next state for its last turn: that turn never trains."""
+
+    session_id: str
+    last_receipt_id: str
+    turns: int
+    reason: str
+    session_tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +191,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReportSubmitted,
         SampleJoined,
         ReportRejected,
+        TurnCompleted,
+        SessionExpired,
         ReleaseProposed,
         ReleaseCommitted,
         ReleaseRejected,

@@ -12,6 +12,8 @@ SCENARIOS: Final = "reef.scenarios"
 INFERENCE: Final = "reef.inference"
 REPORTS: Final = "reef.reports"
 SAMPLES: Final = "reef.samples"
+#: agent turns bound to their next state, and sessions that expired (reef.core.sessions)
+TURNS: Final = "reef.turns"
 RELEASE_PROPOSALS: Final = "reef.release-proposals"
 RELEASES: Final = "reef.releases"
 ENGINE: Final = "reef.engine"
@@ -23,6 +25,7 @@ TOPIC_EVENTS: Final[dict[str, tuple[str, ...]]] = {
     INFERENCE: ("InferenceRecorded", "RecordErased"),
     REPORTS: ("ReportSubmitted",),
     SAMPLES: ("SampleJoined", "ReportRejected"),
+    TURNS: ("TurnCompleted", "SessionExpired"),
     RELEASE_PROPOSALS: ("ReleaseProposed",),
     RELEASES: ("ReleaseCommitted", "ReleaseRejected"),
     ENGINE: ("EngineLoaded", "EngineLoadFailed"),
@@ -57,6 +60,7 @@ def key_topic_configs(segment_ms: int) -> dict[str, str]:
         "delete.retention.ms": str(24 * 3600 * 1000),
         "file.delete.delay.ms": "1000",
     }
+
 
 DEFAULT_PARTITIONS: Final = 6
 

@@ -29,6 +29,8 @@ from reef.core.events import (
     ReportSubmitted,
     SampleJoined,
     ScenarioCreated,
+    SessionExpired,
+    TurnCompleted,
 )
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
@@ -157,6 +159,26 @@ def golden_events() -> dict[str, Event]:
             **_ENV,
             record_id="evt-inference",
             requested_by="admin-1",
+        ),
+        TurnCompleted(
+            event_id="evt-turn-completed",
+            **_ENV,
+            session_id="evt-inference",
+            turn_index=0,
+            receipt_id="evt-inference",
+            next_receipt_id="evt-inference-2",
+            release_id="rel-1",
+            matched_by="transcript",
+            next_state_role="user",
+        ),
+        SessionExpired(
+            event_id="evt-session-expired",
+            **_ENV,
+            session_id="evt-inference",
+            last_receipt_id="evt-inference-2",
+            turns=2,
+            reason="idle",
+            session_tag="agent-7",
         ),
     ]
     by_type = {event.type_name(): event for event in events}

@@ -1,0 +1,340 @@
+"""Sessions: agent turns rebuilt from the exchanges alone, each bound to its next state.
+
+Input ``reef.inference``; output ``reef.turns``. No report is needed: the signal that a
+turn went well or badly is the next thing its session says (the user's reply, the tool's
+result), so when turn N+1 of a session arrives, turn N is *bound* to it and a
+:class:`TurnCompleted` names both receipts. A judge (issue 15, part 2) reads turn N's
+exchange and the next state (the last message of turn N+1's request) from the sealed
+bodies through those receipts; this processor never reads a body.
+
+**What it reads.** Bodies are sealed and may be claim-checked, so matching runs on what
+the API records beside them (:mod:`reef.core.fingerprints`): one keyed fingerprint per
+request message (``<role>:<hmac>``), the answer's fingerprint, whether tool schemas were
+offered, and the ``x-reef-tag-*`` headers (``tags``). Records without fingerprints
+(written before they existed, or while the deployment did not track sessions) can
+join tagged sessions only.
+
+**Rules**, per complete exchange, in order:
+
+1. a receipt seen before is a no-op (its fate is remembered: redelivery yields nothing);
+2. side calls never become turns: tagged ``x-reef-tag-turn-type: side``, or, untagged
+   and not forced ``main``, a request that offers no tool schemas (titles, compaction);
+   ``count_tokens`` exchanges are not turns either;
+3. tagged path: ``x-reef-tag-session`` names the session and turns bind in arrival
+   order; a request whose fingerprints equal the session's last request is a client
+   retry and ignored (the first receipt keeps the slot);
+4. untagged path: a request whose fingerprints equal an open session's last request is
+   a retry (ignored); one that strictly extends a session's last request by at least two
+   messages, with an ``assistant`` message right after that prefix, is that session's
+   next turn (among several, the one whose recorded answer is that assistant message,
+   then the most recently active); no match opens a session;
+5. on a match the session's previous turn is bound: ``TurnCompleted`` (its event id
+   derived from the two receipts, so a re-run emits the same id) with the next state's
+   role (``user`` reply or ``tool`` result); an erased previous turn is not emitted.
+
+**Expiry, in event time.** Before an input is applied, the scenario's clock moves to
+its event time (never backwards) and sessions idle for longer than ``session_ttl`` end;
+opening a session beyond ``max_open_sessions`` ends the least recently active. Either
+way a :class:`SessionExpired` names the last turn, which never gets a next state and
+never trains. Event time, not wall time, so ``reef replay`` reproduces every decision.
+
+**State** (per scenario, JSON values): ``fate/<receipt>`` (session and turn index, or
+``side``/``retry``/``unmatched``), ``session/<scenario>/<id>`` (last receipt and
+fingerprint key, activity, and its place in a least-recently-active list),
+``open/<scenario>`` (that list's ends, the count, the clock), ``tag/<scenario>/<tag>``
+and ``last/<scenario>/<key>`` (the open untagged sessions whose last request has that
+fingerprint key). Every step touches O(messages) keys, whatever the number of sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from reef.core import topics
+from reef.core.events import (
+    Event,
+    InferenceRecorded,
+    RecordErased,
+    SessionExpired,
+    TurnCompleted,
+)
+from reef.core.fingerprints import role_of
+from reef.core.ids import derived_id
+from reef.core.state import KeyValueState
+
+PRODUCER = "reef-sessions"
+SESSION_TAG = "session"
+TURN_TYPE_TAG = "turn-type"
+NOT_TURNS = frozenset({"/v1/messages/count_tokens"})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    session_ttl: timedelta = timedelta(seconds=900)
+    max_open_sessions: int = 4096
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def chain_keys(fingerprints: list[str]) -> list[str]:
+    """``keys[k]`` identifies the first ``k`` messages (a hash chain: one pass for all)."""
+    keys = [hashlib.sha256(b"reef-transcript").hexdigest()[:32]]
+    for fp in fingerprints:
+        keys.append(hashlib.sha256(f"{keys[-1]}|{fp}".encode()).hexdigest()[:32])
+    return keys
+
+
+class SessionProcessor:
+    name = "sessions"
+    inputs = (topics.INFERENCE,)
+    output = topics.TURNS
+
+    def __init__(self, settings: SessionSettings | None = None) -> None:
+        self.settings = settings or SessionSettings()
+
+    def step(self, state: KeyValueState, event: Event) -> list[Event]:
+        if isinstance(event, InferenceRecorded):
+            if not event.complete or state.get(f"fate/{event.event_id}") is not None:
+                return []
+            outputs = self._expire_idle(state, event.scenario, event.occurred_at)
+            return outputs + self._recorded(state, event)
+        if isinstance(event, RecordErased):
+            outputs = self._expire_idle(state, event.scenario, event.occurred_at)
+            fate = state.get(f"fate/{event.record_id}")
+            if isinstance(fate, dict) and not fate.get("erased"):
+                state.set(f"fate/{event.record_id}", {**fate, "erased": True})
+            return outputs
+        return []
+
+    # -- one exchange ------------------------------------------------------------------
+
+    def _recorded(self, state: KeyValueState, event: InferenceRecorded) -> list[Event]:
+        fate_key = f"fate/{event.event_id}"
+        tag = event.tags.get(SESSION_TAG)
+        turn_type = event.tags.get(TURN_TYPE_TAG)
+        fps = event.message_fingerprints
+        if event.route in NOT_TURNS or turn_type == "side":
+            state.set(fate_key, "side")
+            return []
+        if tag is None and turn_type != "main" and event.has_tools is False:
+            state.set(fate_key, "side")
+            return []
+        keys = chain_keys(fps) if fps is not None else None
+        if tag is not None:
+            sid = state.get(f"tag/{event.scenario}/{tag}")
+            if sid is None:
+                return self._open(state, event, keys, tag)
+            session = state.get(f"session/{event.scenario}/{sid}")
+            if keys is not None and session["key"] == keys[-1]:
+                state.set(fate_key, "retry")
+                return []
+            return self._bind(state, event, sid, keys, "tag")
+        if fps is None or keys is None:
+            state.set(fate_key, "unmatched")  # nothing to match on: an old record
+            return []
+        if state.get(f"last/{event.scenario}/{keys[-1]}"):
+            state.set(fate_key, "retry")
+            return []
+        sid = self._match(state, event.scenario, fps, keys)
+        if sid is None:
+            return self._open(state, event, keys, None)
+        return self._bind(state, event, sid, keys, "transcript")
+
+    def _match(
+        self, state: KeyValueState, scenario: str, fps: list[str], keys: list[str]
+    ) -> str | None:
+        """The open session this request continues (rule 4), if any."""
+        best: tuple[bool, int, str] | None = None
+        for k in range(len(fps) - 2, 0, -1):
+            if role_of(fps[k]) != "assistant":
+                continue
+            for sid in state.get(f"last/{scenario}/{keys[k]}") or []:
+                session = state.get(f"session/{scenario}/{sid}")
+                rank = (session["answer"] == fps[k], session["seq"], sid)
+                if best is None or rank > best:
+                    best = rank
+        return None if best is None else best[2]
+
+    def _open(
+        self,
+        state: KeyValueState,
+        event: InferenceRecorded,
+        keys: list[str] | None,
+        tag: str | None,
+    ) -> list[Event]:
+        scenario, sid = event.scenario, event.event_id
+        meta = self._meta(state, scenario)
+        session = {
+            "tag": tag,
+            "last": sid,
+            "turns": 1,
+            "key": None if keys is None else keys[-1],
+            "answer": event.answer_fingerprint,
+            "release": event.served_release_id or event.release_id,
+            "at": _ms(event.occurred_at),
+            "seq": meta["seq"] + 1,
+            "prev": meta["newest"],
+            "next": None,
+        }
+        state.set(f"session/{scenario}/{sid}", session)
+        if meta["newest"] is not None:
+            self._link(state, scenario, meta["newest"], "next", sid)
+        meta.update(newest=sid, seq=meta["seq"] + 1, count=meta["count"] + 1)
+        if meta["oldest"] is None:
+            meta["oldest"] = sid
+        state.set(f"open/{scenario}", meta)
+        if tag is not None:
+            state.set(f"tag/{scenario}/{tag}", sid)
+        elif session["key"] is not None:
+            self._index(state, scenario, session["key"], sid, add=True)
+        state.set(f"fate/{sid}", {"session": sid, "turn": 0})
+        outputs: list[Event] = []
+        while meta["count"] > self.settings.max_open_sessions:
+            outputs.append(self._end(state, scenario, meta["oldest"], "evicted", event.occurred_at))
+            meta = self._meta(state, scenario)
+        return outputs
+
+    def _bind(
+        self,
+        state: KeyValueState,
+        event: InferenceRecorded,
+        sid: str,
+        keys: list[str] | None,
+        matched_by: str,
+    ) -> list[Event]:
+        scenario, receipt = event.scenario, event.event_id
+        session = self._unlink(state, scenario, sid)
+        previous = session["last"]
+        turn = session["turns"] - 1
+        fps = event.message_fingerprints
+        outputs: list[Event] = []
+        prev_fate = state.get(f"fate/{previous}")
+        if not (isinstance(prev_fate, dict) and prev_fate.get("erased")):
+            outputs.append(
+                TurnCompleted(
+                    event_id=derived_id("turn-completed", scenario, previous, receipt),
+                    scenario=scenario,
+                    occurred_at=event.occurred_at,
+                    producer=PRODUCER,
+                    session_id=sid,
+                    turn_index=turn,
+                    receipt_id=previous,
+                    next_receipt_id=receipt,
+                    release_id=session["release"],
+                    matched_by=matched_by,
+                    session_tag=session["tag"],
+                    next_state_role=role_of(fps[-1]) if fps else None,
+                )
+            )
+        if session["tag"] is None and session["key"] is not None:
+            self._index(state, scenario, session["key"], sid, add=False)
+        meta = self._meta(state, scenario)
+        session.update(
+            last=receipt,
+            turns=turn + 2,
+            key=None if keys is None else keys[-1],
+            answer=event.answer_fingerprint,
+            release=event.served_release_id or event.release_id,
+            at=_ms(event.occurred_at),
+            seq=meta["seq"] + 1,
+            prev=meta["newest"],
+            next=None,
+        )
+        state.set(f"session/{scenario}/{sid}", session)
+        if meta["newest"] is not None:
+            self._link(state, scenario, meta["newest"], "next", sid)
+        meta.update(newest=sid, seq=meta["seq"] + 1, count=meta["count"] + 1)
+        if meta["oldest"] is None:
+            meta["oldest"] = sid
+        state.set(f"open/{scenario}", meta)
+        if session["tag"] is None and session["key"] is not None:
+            self._index(state, scenario, session["key"], sid, add=True)
+        state.set(f"fate/{receipt}", {"session": sid, "turn": turn + 1})
+        return outputs
+
+    # -- expiry ------------------------------------------------------------------------
+
+    def _expire_idle(self, state: KeyValueState, scenario: str, at: datetime) -> list[Event]:
+        meta = self._meta(state, scenario)
+        now = max(meta["clock"], _ms(at))
+        if now != meta["clock"]:
+            meta["clock"] = now
+            state.set(f"open/{scenario}", meta)
+        horizon = now - int(self.settings.session_ttl.total_seconds() * 1000)
+        outputs: list[Event] = []
+        while meta["oldest"] is not None:
+            oldest = state.get(f"session/{scenario}/{meta['oldest']}")
+            if oldest["at"] >= horizon:
+                break
+            outputs.append(self._end(state, scenario, meta["oldest"], "idle", at))
+            meta = self._meta(state, scenario)
+        return outputs
+
+    def _end(
+        self, state: KeyValueState, scenario: str, sid: str, reason: str, at: datetime
+    ) -> Event:
+        session = self._unlink(state, scenario, sid)
+        state.delete(f"session/{scenario}/{sid}")
+        if session["tag"] is not None:
+            state.delete(f"tag/{scenario}/{session['tag']}")
+        elif session["key"] is not None:
+            self._index(state, scenario, session["key"], sid, add=False)
+        return SessionExpired(
+            event_id=derived_id("session-expired", scenario, sid, session["last"]),
+            scenario=scenario,
+            occurred_at=at,
+            producer=PRODUCER,
+            session_id=sid,
+            last_receipt_id=session["last"],
+            turns=session["turns"],
+            reason=reason,
+            session_tag=session["tag"],
+        )
+
+    # -- the least-recently-active list and the transcript index ------------------------
+
+    def _meta(self, state: KeyValueState, scenario: str) -> dict[str, Any]:
+        meta = state.get(f"open/{scenario}")
+        if meta is None:
+            return {"oldest": None, "newest": None, "count": 0, "seq": 0, "clock": 0}
+        return dict(meta)
+
+    def _unlink(self, state: KeyValueState, scenario: str, sid: str) -> dict[str, Any]:
+        """Take the session out of the activity list (its record is returned, updated)."""
+        session = dict(state.get(f"session/{scenario}/{sid}"))
+        meta = self._meta(state, scenario)
+        prev, nxt = session["prev"], session["next"]
+        if prev is None:
+            meta["oldest"] = nxt
+        else:
+            self._link(state, scenario, prev, "next", nxt)
+        if nxt is None:
+            meta["newest"] = prev
+        else:
+            self._link(state, scenario, nxt, "prev", prev)
+        meta["count"] -= 1
+        state.set(f"open/{scenario}", meta)
+        session.update(prev=None, next=None)
+        state.set(f"session/{scenario}/{sid}", session)
+        return session
+
+    def _link(
+        self, state: KeyValueState, scenario: str, sid: str, side: str, other: str | None
+    ) -> None:
+        key = f"session/{scenario}/{sid}"
+        state.set(key, {**state.get(key), side: other})
+
+    def _index(self, state: KeyValueState, scenario: str, key: str, sid: str, *, add: bool) -> None:
+        slot = f"last/{scenario}/{key}"
+        sids = [s for s in state.get(slot) or [] if s != sid]
+        if add:
+            sids.append(sid)
+        if sids:
+            state.set(slot, sids)
+        else:
+            state.delete(slot)
