@@ -6,7 +6,8 @@ ReefError
 └── RecipeError               a recipe failed at run time
     ├── TrainingError         a backend could not produce a candidate
     │   ├── EditError         a proposed harness edit cannot apply (recipes.harness_edits)
-    │   └── CandidateRejectedError  ``gepa``'s child did not beat its parent on the minibatch
+    │   └── CandidateRejectedError  refused before the gate (``gepa``: no minibatch gain;
+    │                               ``composite``: no part passed its own gate)
     ├── RolloutError          a sample is not one scored rollout ``sao`` can train (reason)
     │   └── MissingLogprobsError   no engine-recorded token ids and generation-time logprobs
     ├── EvaluationError       an evaluator failed (the gate then fails closed)
@@ -32,7 +33,8 @@ class TrainingError(RecipeError):
 
 
 class CandidateRejectedError(TrainingError):
-    """A candidate was judged and refused before the gate (``gepa``: no minibatch gain)."""
+    """A candidate was judged and refused before the gate (``gepa``: no minibatch gain;
+    ``composite``: no part passed its own gate)."""
 
 
 class EvaluationError(RecipeError):

@@ -1,7 +1,8 @@
 """From the deployment's ``recipe`` setting to a configured :class:`~recipes.base.Recipe`.
 
 The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``sao``,
-``harness_evolve``, ``gepa``) or a dotted path ``pkg.mod:Name`` to a :class:`Recipe` subclass.
+``harness_evolve``, ``gepa``, ``composite``) or a dotted path ``pkg.mod:Name`` to a
+:class:`Recipe` subclass.
 Its configuration is the ``recipe:`` section of a YAML file (``recipe_config`` setting,
 or the ``-c`` file of the command); relative paths in it are read relative to that file.
 Everything is validated here, once, at start: an unknown key or a wrong type raises
@@ -15,7 +16,8 @@ The registry is where a recipe meets its effects: a recipe that trains through t
 (:class:`trainers.backends.inprocess.InProcessBackend`, torch-free until it trains); one
 that talks to a model through the :class:`~recipes.chat.ChatClient` port
 (``harness_evolve``: it has ``bind_chat``) gets the HTTP client
-(:class:`trainers.backends.chat.HttpChatClient`) unless another is passed.
+(:class:`trainers.backends.chat.HttpChatClient`) unless another is passed. ``composite``
+has ``bind_backend``, ``bind_chat`` and ``bind_deployment`` and hands each to its part.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ BUILTIN: dict[str, str] = {
     "sao": "recipes.sao.recipe:SAORecipe",
     "harness_evolve": "recipes.harness_evolve:HarnessEvolveRecipe",
     "gepa": "recipes.gepa.recipe:GEPARecipe",
+    "composite": "recipes.composite.recipe:CompositeRecipe",
 }
 #: names reserved for recipes this version does not have yet
 NOT_YET: frozenset[str] = frozenset()

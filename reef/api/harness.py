@@ -6,7 +6,8 @@
 metrics; ``/reef/harness/install`` renders the release for one agent
 (:mod:`reef.harness`) into a self-contained ``sh`` script. All need ``read`` and the
 ``x-reef-scenario`` header. A pin by ``?release_id=`` or ``?version=`` names one
-release of the scenario; anything else is 404.
+release of the scenario; anything else is 404. Of a composite release
+(:mod:`reef.artifacts.parts`) only the harness part is served.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
 from reef.api.inputs import scenario_header
 from reef.api.releases import RELEASE_HEADER, find_release
+from reef.artifacts.parts import harness_part
 from reef.core.errors import RequestError
 from reef.harness import HarnessTreeError, UnknownAdapterError, release_install_script
 from reef.services.projection import ReleaseView, ScenarioView
@@ -64,7 +66,7 @@ async def harness(
     """
     ctx, view = _scenario(request)
     release = _pinned(view, release_id, version)
-    files = await asyncio.to_thread(ctx.content.read_text_files, release.content_id)
+    files = harness_part(await asyncio.to_thread(ctx.content.read_text_files, release.content_id))
     return JSONResponse(
         {
             "release_id": release.release_id,
@@ -129,7 +131,7 @@ async def harness_install(
     """
     ctx, view = _scenario(request)
     release = _pinned(view, release_id, version)
-    files = await asyncio.to_thread(ctx.content.read_text_files, release.content_id)
+    files = harness_part(await asyncio.to_thread(ctx.content.read_text_files, release.content_id))
     script = _script(files, adapter, view.name, release.release_id)
     return Response(
         script,

@@ -17,7 +17,8 @@ Loading: the release's manifest is materialised from the artifact store into a c
 ``/update_weights_from_disk`` naming the release id as the weight version: a full
 weights folder replaces the weights, a PEFT adapter folder becomes the engine's default
 adapter on its base (``method`` lora), and the base release (empty content) reloads the
-engine's own base model. Only an
+engine's own base model. Of a composite release (:mod:`reef.artifacts.parts`) only the
+weights part is loaded (none: the base model). Only an
 engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
 unreachable engine or store produces EngineLoadFailed and a retry with exponential
 backoff (the engine keeps serving what it had). The committed consumer position of
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from reef.artifacts import materialise_cached
 from reef.artifacts.content import ContentStore
+from reef.artifacts.parts import weights_folder
 from reef.core import topics
 from reef.core.errors import LogError, ReefError
 from reef.core.events import EngineLoaded, EngineLoadFailed, utc_now
@@ -170,7 +172,7 @@ class Sidecar:
 
     async def _load(self, wanted: Wanted) -> None:
         started = time.perf_counter()
-        folder = await asyncio.to_thread(self._materialise, wanted.content_id)
+        folder = weights_folder(await asyncio.to_thread(self._materialise, wanted.content_id))
         adapter = folder is not None and (folder / ADAPTER_MARKER).exists()
         method = "lora" if adapter else "disk"
         path = str(folder) if folder is not None else self._base_path

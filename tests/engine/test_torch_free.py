@@ -23,8 +23,8 @@ def test_cli_client_and_protocol_import_without_torch() -> None:
 
 def test_recipes_and_the_trainer_import_without_torch() -> None:
     check = (
-        "import sys, recipes.registry, recipes.sft, recipes.core, trainers.consumer, "
-        "trainers.runner, reef.cli.trainer\n"
+        "import sys, recipes.registry, recipes.sft, recipes.core, recipes.composite.recipe, "
+        "trainers.consumer, trainers.runner, reef.cli.trainer\n"
         "print(','.join(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))"
     )
     result = subprocess.run(
