@@ -62,8 +62,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from reef.log.partitioner import partition_for
-
+# before any reef import: the checkout this file is in, not an installed copy, is measured
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.join_anchors import bench_ceiling, bench_quix
@@ -79,6 +78,7 @@ from bench.join_workload import (
     encode,
     workload,
 )
+from reef.log.partitioner import partition_for
 
 # -- main --------------------------------------------------------------------------------
 

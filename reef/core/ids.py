@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import uuid
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 SCENARIO_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -34,9 +35,13 @@ def scenario_tag(scenario: str) -> str:
     return hashlib.sha256(scenario.encode()).hexdigest()[:8]
 
 
+#: ``json.dumps`` with these options builds this encoder on every call: built once here
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8: the form hashes are taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def content_hash(value: Any) -> str:
@@ -52,6 +57,11 @@ def release_id(scenario: str, parent: str | None, content_id: str, operation: st
 
 def derived_id(kind: str, *parts: str) -> str:
     """Deterministic id of an event derived from others (same inputs, same id)."""
+    if type(kind) is str and all(type(part) is str for part in parts):
+        # canonical_json of a list of strings, written directly (the join derives an id
+        # for every report it decides); any other part goes the general way
+        text = "[" + ",".join(map(encode_basestring, (kind, *parts))) + "]"
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
     return content_hash([kind, *parts])[:32]
 
 

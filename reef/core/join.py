@@ -28,6 +28,7 @@ rejected as ``erased``. Session merging needs the text, so it skips sealed recor
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,6 +80,18 @@ class JoinProcessor:
             self._erased(state, event)
             return outputs
         return []
+
+    def reads(self, event: Event) -> list[str]:
+        """The state keys a step on ``event`` reads (:class:`reef.core.state.ReadHinting`):
+        the ones every such step looks up, not the rarer conflict or session keys."""
+        keys = [f"parked/{event.scenario}"]
+        if isinstance(event, InferenceRecorded):
+            keys += [f"rec/{event.event_id}", f"erased/{event.event_id}"]
+        elif isinstance(event, ReportSubmitted):
+            keys.append(f"report/{event.scenario}/{event.event_id}")
+            for r in event.references:
+                keys += [f"erased/{r}", f"consumed/{r}", f"rec/{r}"]
+        return keys
 
     def _erased(self, state: KeyValueState, event: RecordErased) -> None:
         """Forget the record (its sealed bodies) and remember that it was erased."""
@@ -192,27 +205,30 @@ class JoinProcessor:
         reason = self._invalid(state, scenario, refs)
         if reason is not None:
             return [self._reject(state, report, reason, now)]
-        missing = [r for r in refs if state.get(f"rec/{r}") is None]
-        if missing:
+        records = {r: state.get(f"rec/{r}") for r in refs}  # refs are distinct (_invalid)
+        if None in records.values():
             return self._park(state, report, now)
-        if any(state.get(f"rec/{r}")["scenario"] != scenario for r in refs):
+        if any(record["scenario"] != scenario for record in records.values()):
             # the tag is 32 bits of a hash: a name crafted to collide must not cross over
             detail = "a referenced record belongs to another scenario"
             return [self._reject(state, report, "foreign_reference", now, detail)]
-        return [self._join(state, report, now)]
+        return [self._join(state, report, now, records)]
 
     def _invalid(self, state: KeyValueState, scenario: str, refs: list[str]) -> str | None:
         if not refs:
             return "no_references"
         tag = scenario_tag(scenario)
-        if any(not r.startswith(tag) for r in refs):
-            return "foreign_reference"
+        for r in refs:
+            if not r.startswith(tag):
+                return "foreign_reference"
         if len(set(refs)) != len(refs):
             return "duplicate_reference"
-        if any(state.get(f"erased/{r}") is not None for r in refs):
-            return "erased"
-        if any(state.get(f"consumed/{r}") is not None for r in refs):
-            return "already_consumed"
+        for r in refs:
+            if state.get(f"erased/{r}") is not None:
+                return "erased"
+        for r in refs:
+            if state.get(f"consumed/{r}") is not None:
+                return "already_consumed"
         return None
 
     def _park(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> list[Event]:
@@ -230,12 +246,14 @@ class JoinProcessor:
     def _retry_parked(self, state: KeyValueState, scenario: str) -> list[Event]:
         key = f"parked/{scenario}"
         parked = list(state.get(key) or [])
-        ready = [
-            p for p in parked if all(state.get(f"rec/{r}") is not None for r in p["references"])
-        ]
+        ready: list[dict[str, Any]] = []
+        waiting: list[dict[str, Any]] = []
+        for p in parked:
+            arrived = all(state.get(f"rec/{r}") is not None for r in p["references"])
+            (ready if arrived else waiting).append(p)
         if not ready:
             return []
-        _store_parked(state, key, [p for p in parked if p not in ready])
+        _store_parked(state, key, waiting)
         outputs: list[Event] = []
         for report in ready:
             outputs.extend(self._decide(state, report, _at(report["at"])))
@@ -250,7 +268,8 @@ class JoinProcessor:
         expired = [p for p in parked if p["deadline"] < deadline]
         if not expired:
             return []
-        _store_parked(state, key, [p for p in parked if p not in expired])
+        # by deadline, not by equality: a report equal to an expired one is expired too
+        _store_parked(state, key, [p for p in parked if p["deadline"] >= deadline])
         return [
             self._reject(state, p, "unknown_reference", now, "referenced record never arrived")
             for p in expired
@@ -270,15 +289,24 @@ class JoinProcessor:
         )
         return _rejected(report["scenario"], report["id"], report["hash"], reason, detail, now)
 
-    def _join(self, state: KeyValueState, report: dict[str, Any], now: datetime) -> Event:
-        receipts = self._trajectory(state, report["references"])
-        records = [state.get(f"rec/{r}") for r in receipts]
+    def _join(
+        self,
+        state: KeyValueState,
+        report: dict[str, Any],
+        now: datetime,
+        referenced: dict[str, dict[str, Any]],
+    ) -> Event:
+        found = self._trajectory(state, referenced)
+        receipts = list(found)
+        if len(receipts) > 1:
+            receipts.sort(key=_trajectory_order(found, report["references"]))
         for receipt in receipts:
             state.set(f"consumed/{receipt}", report["id"])
         state.set(
             f"report/{report['scenario']}/{report['id']}",
             {"hash": report["hash"], "fate": "accepted"},
         )
+        records = [found[r] for r in receipts]
         releases = list(dict.fromkeys(rec["release_id"] for rec in records))
         trajectory = [
             {
@@ -305,19 +333,30 @@ class JoinProcessor:
             reporter=report.get("reporter"),
         )
 
-    def _trajectory(self, state: KeyValueState, refs: list[str]) -> list[str]:
-        """The referenced receipts plus (when merging) their unconsumed earlier turns."""
-        chosen: dict[str, int] = {}
-        for ref in refs:
+    def _trajectory(
+        self, state: KeyValueState, referenced: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """The referenced records plus (when merging) their unconsumed earlier turns, in
+        the order found (the tie-break among earlier turns of equal time)."""
+        chosen: dict[str, dict[str, Any]] = {}
+        for ref, found in referenced.items():
             receipt: str | None = ref
             while receipt is not None and receipt not in chosen:
-                record = state.get(f"rec/{receipt}")
+                record = found if receipt == ref else state.get(f"rec/{receipt}")
                 if record is None or (receipt != ref and state.get(f"consumed/{receipt}")):
                     break
-                chosen[receipt] = record["at"]
+                chosen[receipt] = record
                 receipt = record["parent"] if self.settings.merge_sessions else None
-        order = {r: i for i, r in enumerate(refs)}
-        return sorted(chosen, key=lambda r: (chosen[r], order.get(r, -1)))
+        return chosen
+
+
+def _trajectory_order(
+    chosen: dict[str, dict[str, Any]], refs: list[str]
+) -> Callable[[str], tuple[int, int]]:
+    """Conversation (event-time) order; among equal times the earlier turns first (in the
+    order the walk found them: the sort is stable), then the references in report order."""
+    order = {r: i for i, r in enumerate(refs)}
+    return lambda r: (chosen[r]["at"], order.get(r, -1))
 
 
 def _store_parked(state: KeyValueState, key: str, parked: list[dict[str, Any]]) -> None:

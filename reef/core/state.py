@@ -7,8 +7,8 @@ outputs and already-applied inputs are remembered in the state (a redelivery is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 from reef.core.events import Event
 
@@ -40,6 +40,15 @@ class Processor(Protocol):
     def output(self) -> str: ...
 
     def step(self, state: KeyValueState, event: Event) -> list[Event]: ...
+
+
+@runtime_checkable
+class ReadHinting(Protocol):
+    """A processor that names the keys a step on an event will read, so a host whose
+    reads are costly (a database) can fetch a whole batch's keys at once. Only a hint: a
+    step still reads what it needs, so a wrong hint costs time, never a result."""
+
+    def reads(self, event: Event) -> Iterable[str]: ...
 
 
 class DictState:
