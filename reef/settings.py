@@ -115,6 +115,26 @@ class Settings(BaseModel):
     fingerprint_secret: SecretStr | None = Field(
         None, description="Keys the message fingerprints session matching reads (set it)."
     )
+    judge_turns: bool = Field(
+        False,
+        description="Judge completed turns (TurnJudged on reef.judgements): in reef serve on "
+        "the embedded log, else by reef judge. Needs track_sessions.",
+    )
+    judge_url: str | None = Field(
+        None, description="OpenAI-compatible base URL of the judge (unset: the upstream's)."
+    )
+    judge_api_key: SecretStr | None = Field(
+        None, description="Key of the judge endpoint (unset: the upstream's key)."
+    )
+    judge_model: str = Field("judge", description="Model name the judge requests carry.")
+    judge_votes: int = Field(3, ge=1, le=32, description="Votes asked per turn (plurality).")
+    judge_hints: bool = Field(False, description="Also ask for hindsight hints (m more calls).")
+    judge_concurrency: int = Field(8, ge=1, description="Judge requests in flight at most.")
+    judge_timeout_s: float = Field(
+        120.0, gt=0, description="Per-request timeout; a timed-out vote is invalid."
+    )
+    judge_max_tokens: int = Field(1024, ge=1, description="Largest judge reply, in tokens.")
+    judge_temperature: float = Field(0.6, ge=0, description="Sampling temperature of votes.")
 
     artifacts: Literal["local", "s3"] = Field("local", description="Artifact store backend.")
     s3_endpoint: str = Field("http://127.0.0.1:9000", description="S3 endpoint URL.")

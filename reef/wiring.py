@@ -10,7 +10,9 @@ Start order of ``reef serve`` (:func:`serving_context`): open the log and ensure
 publish the seed folder -> start the key ring -> replay the projection to the log's end
 -> on the embedded log, start the processors in a child process -> with no upstream, start
 the local engine (and its sidecar when ``engine_scenario`` is set) -> on the embedded
-log, start the recipe's trainer in this process -> open the upstream client -> serve.
+log, start the recipe's trainer in this process -> on the embedded log with sessions
+tracked and ``judge_turns`` on, start the judge in this process -> open the upstream
+client -> serve.
 Shutdown runs the same steps in reverse, after in-flight background records (diagnostic
 stream records) are flushed.
 """
@@ -45,6 +47,7 @@ from reef.local_engine import local_engine
 from reef.log import open_log, running
 from reef.log.base import EventLog
 from reef.services.eventstore import EventStore
+from reef.services.judge import in_process_judge
 from reef.services.projection import ProjectionFollower
 from reef.services.replay import DurableTables
 from reef.settings import Settings
@@ -111,6 +114,9 @@ async def serving_context(
             trainer = await stack.enter_async_context(
                 in_process_trainer(settings, store, content, producer, recipe=recipe)
             )
+            # the judge asks the serving upstream (the local engine when none is set)
+            # unless a judge URL is configured
+            await stack.enter_async_context(in_process_judge(serving, store, producer))
         upstream = Upstream(serving)
         stack.push_async_callback(upstream.aclose)
         ctx = AppContext(

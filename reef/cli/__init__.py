@@ -24,6 +24,7 @@ COMMANDS: Final = {
     "export": "reef.cli.export:export",
     "git": "reef.cli.git:git",
     "harness": "reef.cli.harness:harness",
+    "judge": "reef.cli.judge:judge",
     "log": "reef.cli.log:log",
     "replay": "reef.cli.replay:replay_command",
     "serve": "reef.cli.serve:serve",

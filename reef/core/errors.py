@@ -14,6 +14,7 @@
     ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
     ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
     ├── TrainerError                a trainer cannot go on (trainers.consumer)
+    ├── JudgeError                  a judge request failed (reef.services.judge_client)
     ├── HarnessTreeError            a harness tree cannot be rendered (reef.harness)
     │   ├── UnknownAdapterError     no adapter by that name
     │   ├── AdapterRefusedError     the adapter does not render an entry's kind

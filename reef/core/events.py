@@ -200,3 +200,30 @@ EVENT_TYPES: dict[str, type[Event]] = {
         EngineLoadFailed,
     )
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnJudged(Event):
+    """A completed turn was judged (reef.services.judge); its id derives from the turn's,
+    so a turn re-judged after a crash is the same fact and readers keep one."""
+
+    turn_id: str
+    session_id: str
+    turn_index: int
+    receipt_id: str
+    next_receipt_id: str
+    release_id: str
+    judge_model: str
+    score: int
+    votes: list[int] = field(default_factory=list)
+    invalid_votes: int = 0
+    hints: list[str] = field(default_factory=list)
+    next_state_role: str | None = None
+    failed_reason: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.failed_reason is not None
+
+
+EVENT_TYPES[TurnJudged.__name__] = TurnJudged

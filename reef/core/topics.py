@@ -14,6 +14,8 @@ REPORTS: Final = "reef.reports"
 SAMPLES: Final = "reef.samples"
 #: agent turns bound to their next state, and sessions that expired (reef.core.sessions)
 TURNS: Final = "reef.turns"
+#: judgements of completed turns (reef.services.judge)
+JUDGEMENTS: Final = "reef.judgements"
 RELEASE_PROPOSALS: Final = "reef.release-proposals"
 RELEASES: Final = "reef.releases"
 ENGINE: Final = "reef.engine"
@@ -26,6 +28,7 @@ TOPIC_EVENTS: Final[dict[str, tuple[str, ...]]] = {
     REPORTS: ("ReportSubmitted",),
     SAMPLES: ("SampleJoined", "ReportRejected"),
     TURNS: ("TurnCompleted", "SessionExpired"),
+    JUDGEMENTS: ("TurnJudged",),
     RELEASE_PROPOSALS: ("ReleaseProposed",),
     RELEASES: ("ReleaseCommitted", "ReleaseRejected"),
     ENGINE: ("EngineLoaded", "EngineLoadFailed"),

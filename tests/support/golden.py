@@ -31,6 +31,7 @@ from reef.core.events import (
     ScenarioCreated,
     SessionExpired,
     TurnCompleted,
+    TurnJudged,
 )
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
@@ -179,6 +180,22 @@ def golden_events() -> dict[str, Event]:
             turns=2,
             reason="idle",
             session_tag="agent-7",
+        ),
+        TurnJudged(
+            event_id="evt-turn-judged",
+            **_ENV,
+            turn_id="evt-turn-completed",
+            session_id="evt-inference",
+            turn_index=0,
+            receipt_id="evt-inference",
+            next_receipt_id="evt-inference-2",
+            release_id="rel-1",
+            judge_model="judge-1",
+            score=-1,
+            votes=[-1, -1, 0],
+            invalid_votes=1,
+            hints=["Check the units before answering."],
+            next_state_role="user",
         ),
     ]
     by_type = {event.type_name(): event for event in events}

@@ -113,6 +113,8 @@ def sample_event(type_name: str) -> Event:
             return value(kind)
         if schema.get("logicalType") == "timestamp-millis":
             return datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+        if kind == "array" and schema["items"] != "string":
+            return [value(schema["items"])] * 2
         return {
             "boolean": True,
             "int": 7,

@@ -1,0 +1,161 @@
+"""What the judge talks to: the judge model over HTTP, and the recorded exchanges.
+
+:class:`JudgeClient` asks an OpenAI-compatible ``/chat/completions`` endpoint, at most
+``concurrency`` requests at once, each bounded by ``timeout_s``; every failure (refused,
+timed out, an error status, a reply that is not a chat completion) is translated once,
+here, into :class:`JudgeError` carrying the reason a judgement records.
+
+:class:`ExchangeIndex` finds an exchange by its receipt: it indexes ``reef.inference``
+(receipt -> partition and offset; bodies are not kept) by bounded reads up to the end
+offsets of the moment, so a receipt that a ``TurnCompleted`` names (always appended
+before it) is found, and reads that one record back opened through the store's key ring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from reef.core import topics
+from reef.core.errors import CodecError, ReefError
+from reef.core.events import InferenceRecorded
+from reef.services.eventstore import EventStore
+
+#: reply bytes kept in a failure reason
+REASON_CHARS = 200
+
+
+class JudgeError(ReefError):
+    """A judge request failed; the message is the reason a judgement records."""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeConfig:
+    """How to reach the judge model and how much to ask of it (from :class:`Settings`)."""
+
+    url: str
+    model: str
+    producer: str
+    api_key: str | None = None
+    votes: int = 3
+    hints: bool = False
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_tokens: int = 1024
+    temperature: float = 0.6
+    #: partitions of ``reef.turns`` this judge owns (None: all of them)
+    partitions: tuple[int, ...] | None = None
+    group: str = "judge"
+
+
+class JudgeClient:
+    """Chat completions from the judge endpoint; :meth:`aclose` when done."""
+
+    def __init__(
+        self, config: JudgeConfig, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self.config = config
+        self._http = httpx.AsyncClient(
+            base_url=config.url.rstrip("/"),
+            headers=headers,
+            timeout=config.timeout_s,
+            transport=transport,
+        )
+        self._slots = asyncio.Semaphore(config.concurrency)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def ask(self, messages: list[dict[str, str]]) -> str:
+        """The judge's reply text (raises :class:`JudgeError` with the reason)."""
+        body = {
+            "model": self.config.model,
+            "messages": messages,
+            "max_tokens": self.config.max_tokens,
+            "temperature": self.config.temperature,
+        }
+        async with self._slots:
+            try:
+                async with asyncio.timeout(self.config.timeout_s):
+                    response = await self._http.post("/chat/completions", json=body)
+            except TimeoutError as exc:
+                raise JudgeError(f"timed out after {self.config.timeout_s:g} s") from exc
+            except httpx.HTTPError as exc:
+                raise JudgeError(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise JudgeError(f"HTTP {response.status_code}: {response.text[:REASON_CHARS]}")
+        return _reply_text(response)
+
+
+def _reply_text(response: httpx.Response) -> str:
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, LookupError, TypeError) as exc:
+        raise JudgeError(f"not a chat completion: {response.text[:REASON_CHARS]}") from exc
+    return content if isinstance(content, str) else ""
+
+
+class ExchangeIndex:
+    """Recorded exchanges by receipt (positions only), read back opened on demand."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._where: dict[str, tuple[int, int]] = {}
+        self._read: dict[int, int] = {}
+        self._lock = asyncio.Lock()
+
+    async def find(self, receipt: str) -> InferenceRecorded:
+        """The opened exchange (raises :class:`JudgeError`: unknown, erased, unreadable)."""
+        where = self._where.get(receipt) or await self._catch_up(receipt)
+        partition, offset = where
+        log = self.store.log
+        async for record in log.read(
+            topics.INFERENCE,
+            start={partition: offset},
+            partitions=[partition],
+            until={partition: offset + 1},
+        ):
+            stored = await self.store.open(self.store.decode(record))
+            if stored.erased:
+                raise JudgeError(f"exchange {receipt} was erased")
+            if not isinstance(stored.event, InferenceRecorded):
+                raise JudgeError(f"exchange {receipt} unreadable: {stored.error}")
+            return stored.event
+        raise JudgeError(f"exchange {receipt} is no longer in {topics.INFERENCE}")
+
+    async def _catch_up(self, receipt: str) -> tuple[int, int]:
+        async with self._lock:
+            if receipt not in self._where:
+                ends = await self.store.log.end_offsets(topics.INFERENCE)
+                async for record in self.store.log.read(
+                    topics.INFERENCE, start=dict(self._read), until=ends
+                ):
+                    self._index(record.partition, record.offset, record.value)
+                self._read.update(ends)
+        where = self._where.get(receipt)
+        if where is None:
+            raise JudgeError(f"exchange {receipt} not found in {topics.INFERENCE}")
+        return where
+
+    def _index(self, partition: int, offset: int, value: bytes) -> None:
+        try:
+            event = self.store.codec.decode(value)
+        except CodecError:
+            return  # not an exchange this reader can name: no turn refers to it
+        if isinstance(event, InferenceRecorded):
+            self._where[event.event_id] = (partition, offset)
+
+
+def loads(text: str | None) -> Any:
+    """A recorded body as JSON (None when absent or not JSON)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -1,0 +1,57 @@
+"""Judged turns in tests: sealed-ready exchanges of one-turn sessions and their
+``TurnCompleted``, as the API and the session processor write them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from reef.core.events import Event, InferenceRecorded, TurnCompleted, TurnJudged
+from reef.core.ids import derived_id
+from reef.testing.events import chat_request, chat_response, inference, receipt
+
+
+def session(
+    scenario: str, n: int, next_text: str, at: datetime
+) -> tuple[list[Event], TurnCompleted]:
+    """Turn ``n``'s two exchanges (its own, and the next one ending with ``next_text``)
+    and the ``TurnCompleted`` binding them."""
+    first, second = receipt(scenario, 2 * n), receipt(scenario, 2 * n + 1)
+    asked = [{"role": "user", "content": f"question {n}"}]
+    said = {"role": "assistant", "content": f"answer {n}"}
+    exchanges: list[Event] = [
+        inference(
+            scenario,
+            first,
+            at,
+            request=chat_request(asked),
+            response=chat_response(said["content"]),
+        ),
+        inference(
+            scenario,
+            second,
+            at,
+            request=chat_request([*asked, said, {"role": "user", "content": next_text}]),
+        ),
+    ]
+    turn = TurnCompleted(
+        event_id=derived_id("turn", first, second),
+        scenario=scenario,
+        occurred_at=at,
+        producer="test",
+        session_id=first,
+        turn_index=0,
+        receipt_id=first,
+        next_receipt_id=second,
+        release_id="rel-a",
+        matched_by="transcript",
+        next_state_role="user",
+    )
+    return exchanges, turn
+
+
+def judgements(events: list[Event]) -> list[TurnJudged]:
+    return [e for e in events if isinstance(e, TurnJudged)]
+
+
+def exchanges_of(events: list[Event]) -> list[InferenceRecorded]:
+    return [e for e in events if isinstance(e, InferenceRecorded)]
