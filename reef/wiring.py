@@ -109,14 +109,14 @@ async def serving_context(
                 await stack.enter_async_context(
                     _sidecar(settings, store, content, engine_url, producer)
                 )
-        trainer = None
+        trainer = judge = None
         if embedded:
             trainer = await stack.enter_async_context(
                 in_process_trainer(settings, store, content, producer, recipe=recipe)
             )
             # the judge asks the serving upstream (the local engine when none is set)
             # unless a judge URL is configured
-            await stack.enter_async_context(in_process_judge(serving, store, producer))
+            judge = await stack.enter_async_context(in_process_judge(serving, store, producer))
         upstream = Upstream(serving)
         stack.push_async_callback(upstream.aclose)
         ctx = AppContext(
@@ -130,6 +130,7 @@ async def serving_context(
             processors=processors(settings),
             seed_content_id=seed,
             trainer=trainer,
+            judge=judge,
         )
         stack.push_async_callback(ctx.drain)
         yield ctx

@@ -31,6 +31,12 @@ class TrainerStatus(Protocol):
     def status(self) -> dict[str, Any]: ...
 
 
+class JudgeStatus(Protocol):
+    """What the API shows of a judge running in its process (``GET /reef/status``)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class AppContext:
     settings: Settings
@@ -48,6 +54,8 @@ class AppContext:
     processor_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the recipe's trainer when it runs inside this process (embedded default)
     trainer: TrainerStatus | None = None
+    #: the judge when it runs inside this process (embedded log, ``judge_turns`` on)
+    judge: JudgeStatus | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:

@@ -1,8 +1,9 @@
 """Prometheus metrics of one API process, in a registry owned by the app (no globals).
 
 Request, upstream and log-append latencies are observed where they happen; counts that
-are facts of the log (report fates, candidates, engine loads, processor lag) are read
-from the projections at scrape time, so every replica reports the same totals.
+are facts of the log (report fates, candidates, engine loads, completed turns, expired
+sessions, judgements, processor lag) are read from the projections at scrape time, so
+every replica reports the same totals.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.api.dialects import dialect_of_path
+from reef.services.projection import DECISIONS, TurnFigures
 
 if TYPE_CHECKING:
     from reef.api.context import AppContext
@@ -139,6 +141,7 @@ class _LogCollector(Collector):
         for outcome, count in sorted(state.engine_loads.items()):
             loads.add_metric([outcome], count)
         yield loads
+        yield from self._turns()
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
@@ -146,3 +149,37 @@ class _LogCollector(Collector):
             for topic, value in sorted(topics.items()):
                 lag.add_metric([name, topic], value)
         yield lag
+
+    def _turns(self) -> Iterator[Metric]:
+        """Sessions and judgements, while sessions are tracked (or the log holds some)."""
+        figures = self._ctx.projection.state.turns
+        if not figures and not self._ctx.settings.track_sessions:
+            return
+        totals = TurnFigures.total(figures.values())
+        completed = CounterMetricFamily(
+            "reef_turns_completed", "Agent turns bound to their next state."
+        )
+        completed.add_metric([], totals.completed)
+        yield completed
+        expired = CounterMetricFamily(
+            "reef_sessions_expired", "Sessions ended without a next state for their last turn."
+        )
+        expired.add_metric([], totals.expired)
+        yield expired
+        judged = CounterMetricFamily(
+            "reef_turns_judged", "Completed turns judged, by decision.", labels=["decision"]
+        )
+        for decision in DECISIONS:
+            judged.add_metric([decision], totals.judged.get(decision, 0))
+        yield judged
+        failed = CounterMetricFamily(
+            "reef_judgements_failed", "Completed turns the judge could not judge."
+        )
+        failed.add_metric([], totals.failed)
+        yield failed
+        if self._ctx.judge is not None:
+            in_flight = GaugeMetricFamily(
+                "reef_judge_in_flight", "Turns this process's judge is judging now."
+            )
+            in_flight.add_metric([], self._ctx.judge.status()["in_flight"])
+            yield in_flight

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from reef.api import openapi
 from reef.api.context import AppContext, context_of, processor_group, processor_lag
+from reef.services.projection import TurnFigures
 
 router = APIRouter()
 
@@ -36,10 +37,12 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/reef/status", responses=openapi.errors(401, 403, 503))
 async def status(request: Request) -> JSONResponse:
-    """Per-scenario heads and engines, processor lag, samples pending, this replica's state.
+    """Per-scenario heads, engines and (sessions tracked) turn and judgement figures,
+    processor lag, samples pending, the in-process trainer and judge, this replica's state.
 
     A token bound to scenarios sees only those scenarios, and none of the figures that
-    span the whole deployment (processors, samples pending, trainer, projection digest).
+    span the whole deployment (processors, samples pending, trainer, judge, projection
+    digest).
 
     curl -H "Authorization: Bearer $REEF_TOKEN" http://127.0.0.1:8900/reef/status
     """
@@ -56,6 +59,7 @@ async def status(request: Request) -> JSONResponse:
                 for (scenario, engine), (release, version) in sorted(state.engines.items())
                 if scenario == name
             },
+            **_turns(ctx, name),
         }
         for name, view in sorted(state.scenarios.items())
         if principal.may_use(name)
@@ -77,9 +81,21 @@ async def status(request: Request) -> JSONResponse:
             "processors": await _processors(ctx),
             "samples_pending": state.samples_pending(),
             **({"trainer": ctx.trainer.status()} if ctx.trainer is not None else {}),
+            **({"judge": ctx.judge.status()} if ctx.judge is not None else {}),
             "scenarios": scenarios,
         }
     )
+
+
+def _turns(ctx: AppContext, scenario: str) -> dict[str, Any]:
+    """A scenario's completed turns, expired sessions and judgements, while sessions are
+    tracked (or the log holds some)."""
+    figures = ctx.projection.state.turns.get(scenario)
+    if figures is None:
+        if not ctx.settings.track_sessions:
+            return {}
+        figures = TurnFigures()
+    return {"turns": figures.as_json()}
 
 
 async def _processors(ctx: AppContext) -> dict[str, Any]:

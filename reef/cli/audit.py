@@ -70,7 +70,7 @@ def verify(shallow: bool, config_file: Path | None, **flags: Any) -> None:
 @click.argument("receipt")
 @log_options
 def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
-    """The record, its reports, its sample, the release that trained on it, its engines."""
+    """The record, its reports, sample, release and engines; its turn and judgement."""
     settings = settings_from(config_file, **pop_log_flags(flags)).settings
     found = audit.trail(receipt, asyncio.run(_events(settings, topics.ALL_TOPICS)))
     if found.record is None:
@@ -86,8 +86,44 @@ def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
         "samples": [_json(e) for e in found.samples],
         "releases": [_json(e) for e in found.releases],
         "engines": [_json(e) for e in found.engines],
+        **({"turn": _turn(found, turn)} if (turn := found.turn) is not None else {}),
     }
     click.echo(json.dumps(body, indent=2))
+
+
+def _turn(found: audit.Trail, turn: tuple[str, int]) -> dict[str, Any]:
+    """The exchange as a turn: its session and index, what completed it (the next state's
+    role and receipt), whether its session expired on it, and its judgement."""
+    session_id, index = turn
+    completed = found.completed
+    judgement = found.judgement
+    return {
+        "session_id": session_id,
+        "turn_index": index,
+        "completes_receipt_id": found.completes.receipt_id if found.completes else None,
+        "completed": None
+        if completed is None
+        else {
+            "event_id": completed.event_id,
+            "occurred_at": completed.occurred_at.isoformat(),
+            "next_receipt_id": completed.next_receipt_id,
+            "next_state_role": completed.next_state_role,
+            "matched_by": completed.matched_by,
+        },
+        "expired": None if found.expired is None else _json(found.expired),
+        "judgement": None
+        if judgement is None
+        else {
+            "event_id": judgement.event_id,
+            "occurred_at": judgement.occurred_at.isoformat(),
+            "judge_model": judgement.judge_model,
+            "score": judgement.score,
+            "votes": judgement.votes,
+            "invalid_votes": judgement.invalid_votes,
+            "failed_reason": judgement.failed_reason,
+            "hints": len(judgement.hints),
+        },
+    }
 
 
 def _json(event: Event) -> dict[str, Any]:

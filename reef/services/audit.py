@@ -7,6 +7,9 @@
   bytes match their sha256;
 - every sample's references are recorded exchanges of the same scenario (an erased
   exchange still counts: its lineage stays, only its content is gone).
+
+:func:`trail` follows one receipt through the log: its reports, samples, releases and
+engines, and, with sessions tracked, its turn (completed, expired) and judgement.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from reef.core.events import (
     ReportSubmitted,
     SampleJoined,
     ScenarioCreated,
+    SessionExpired,
+    TurnCompleted,
+    TurnJudged,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, release_id
 
@@ -149,6 +155,24 @@ class Trail:
     samples: list[SampleJoined] = field(default_factory=list)
     releases: list[ReleaseCommitted] = field(default_factory=list)
     engines: list[EngineLoaded] = field(default_factory=list)
+    #: the exchange as an agent turn (sessions tracked): the turn it completed (its
+    #: ``next_receipt_id`` is this receipt), its own completion as turn N, the expiry of
+    #: its session with it as the last turn, and its judgement (the first per id)
+    completes: TurnCompleted | None = None
+    completed: TurnCompleted | None = None
+    expired: SessionExpired | None = None
+    judgement: TurnJudged | None = None
+
+    @property
+    def turn(self) -> tuple[str, int] | None:
+        """(session id, turn index) of the exchange, when it is a turn of a session."""
+        if self.completed is not None:
+            return self.completed.session_id, self.completed.turn_index
+        if self.completes is not None:
+            return self.completes.session_id, self.completes.turn_index + 1
+        if self.expired is not None:
+            return self.expired.session_id, self.expired.turns - 1
+        return None
 
 
 def trail(receipt: str, events: Iterable[Event]) -> Trail:
@@ -157,6 +181,15 @@ def trail(receipt: str, events: Iterable[Event]) -> Trail:
     for event in ordered:
         if isinstance(event, InferenceRecorded) and event.event_id == receipt:
             out.record = event
+        elif isinstance(event, TurnCompleted):
+            if event.receipt_id == receipt:
+                out.completed = out.completed or event
+            if event.next_receipt_id == receipt:
+                out.completes = out.completes or event
+        elif isinstance(event, SessionExpired) and event.last_receipt_id == receipt:
+            out.expired = out.expired or event
+        elif isinstance(event, TurnJudged) and event.receipt_id == receipt:
+            out.judgement = out.judgement or event  # the first per id, as readers keep
         elif isinstance(event, RecordErased) and event.record_id == receipt:
             out.erased = out.erased or event
         elif isinstance(event, ReportSubmitted) and receipt in event.references:

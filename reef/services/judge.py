@@ -124,7 +124,15 @@ class Judge:
         self._commit_lock = asyncio.Lock()
 
     def status(self) -> dict[str, Any]:
-        return {"group": self.config.group, "error": self.error, **self.counts}
+        """This judge's own figures (``GET /reef/status`` shows them when it runs in the
+        API's process): turns being judged now, the last failure, and its counts."""
+        in_flight = sum(len(offsets) for offsets in self._in_flight.values())
+        return {
+            "group": self.config.group,
+            "in_flight": in_flight,
+            "error": self.error,
+            **self.counts,
+        }
 
     async def run(self) -> None:
         self._reset()

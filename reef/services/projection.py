@@ -1,9 +1,11 @@
-"""The API's read model: scenarios, release chains and report ids, folded from the log.
+"""The API's read model: scenarios, release chains, report ids and turn figures, folded
+from the log.
 
 :class:`ApiState` is a pure fold over events (no I/O). :class:`ProjectionFollower`
-feeds it by following ``reef.scenarios``, ``reef.releases`` and ``reef.reports`` from the
-beginning, so every API replica converges on the same state; ``wait_for`` gives a
-writer read-your-writes on its own appends.
+feeds it by following the topics in ``FOLLOWED_TOPICS`` from the beginning (scenarios,
+releases, reports, samples, engine loads, turns and judgements), so every API replica
+converges on the same state and a replay rebuilds it; ``wait_for`` gives a writer
+read-your-writes on its own appends.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from reef.core.events import (
     ReportSubmitted,
     SampleJoined,
     ScenarioCreated,
+    SessionExpired,
+    TurnCompleted,
+    TurnJudged,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, content_hash
 from reef.log.base import Position
@@ -42,6 +47,8 @@ FOLLOWED_TOPICS = (
     topics.REPORTS,
     topics.SAMPLES,
     topics.ENGINE,
+    topics.TURNS,
+    topics.JUDGEMENTS,
 )
 
 
@@ -107,6 +114,44 @@ class Fate:
     release_id: str | None = None
 
 
+#: the decisions a judgement can reach, as labelled in status and metrics
+DECISIONS = ("+1", "-1", "0")
+
+
+def decision_label(score: int) -> str:
+    return f"{score:+d}" if score else "0"
+
+
+@dataclass(slots=True)
+class TurnFigures:
+    """One scenario's sessions and judgements: each fact counted once per event id."""
+
+    completed: int = 0
+    expired: int = 0
+    #: judged turns by decision ("+1", "-1", "0"); a failed judgement is not among them
+    judged: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+
+    @classmethod
+    def total(cls, each: Iterable[TurnFigures]) -> TurnFigures:
+        out = cls()
+        for figures in each:
+            out.completed += figures.completed
+            out.expired += figures.expired
+            out.failed += figures.failed
+            for decision, count in figures.judged.items():
+                out.judged[decision] = out.judged.get(decision, 0) + count
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "turns_completed": self.completed,
+            "sessions_expired": self.expired,
+            "turns_judged": {d: self.judged.get(d, 0) for d in DECISIONS},
+            "judgements_failed": self.failed,
+        }
+
+
 class ApiState:
     """Pure fold of scenario, release and report events. The first ScenarioCreated wins."""
 
@@ -128,6 +173,10 @@ class ApiState:
         #: training candidates by outcome: committed by the chain, or rejected
         #: (by the chain, or by a trainer's evaluation gate, which proposes nothing)
         self.candidates: dict[str, int] = {}
+        #: per scenario: completed turns, expired sessions and judgements (the first
+        #: event per id counts: a redelivered turn or a raced judgement is one fact)
+        self.turns: dict[str, TurnFigures] = {}
+        self._turn_facts: set[str] = set()
 
     def samples_pending(self) -> int:
         return sum(1 for sample in self.sample_reports if sample not in self.consumed)
@@ -147,6 +196,8 @@ class ApiState:
             "reports": sorted([*k, v.content_hash] for k, v in self.reports.items()),
             "fates": sorted([*k, f.status, f.reason or ""] for k, f in self.fates.items()),
         }
+        if self.turns:  # absent without sessions: such a deployment's digest is unchanged
+            body["turns"] = sorted([name, f.as_json()] for name, f in self.turns.items())
         return content_hash(body)
 
     def apply(self, event: Event) -> None:
@@ -182,6 +233,23 @@ class ApiState:
             self.engine_loads["loaded"] = self.engine_loads.get("loaded", 0) + 1
         elif isinstance(event, EngineLoadFailed):
             self.engine_loads["failed"] = self.engine_loads.get("failed", 0) + 1
+        elif isinstance(event, TurnCompleted | SessionExpired | TurnJudged):
+            self._turn_fact(event)
+
+    def _turn_fact(self, event: TurnCompleted | SessionExpired | TurnJudged) -> None:
+        if event.event_id in self._turn_facts:
+            return
+        self._turn_facts.add(event.event_id)
+        figures = self.turns.setdefault(event.scenario, TurnFigures())
+        if isinstance(event, TurnCompleted):
+            figures.completed += 1
+        elif isinstance(event, SessionExpired):
+            figures.expired += 1
+        elif event.failed:
+            figures.failed += 1
+        else:
+            label = decision_label(event.score)
+            figures.judged[label] = figures.judged.get(label, 0) + 1
 
     def _created(self, event: ScenarioCreated) -> None:
         if event.scenario in self.scenarios:
