@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -23,14 +22,11 @@ from recipes.base import Recipe
 from recipes.registry import recipe_from_settings
 from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
+from reef.services import supervision
 from reef.services.eventstore import EventStore
+from reef.services.supervision import FIRST_BACKOFF_S
 from reef.settings import Settings
 from trainers.consumer import Trainer, TrainerConfig
-
-logger = logging.getLogger("reef.trainer")
-
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
 
 
 def build_trainer(
@@ -99,19 +95,14 @@ async def in_process_trainer(
 
 async def supervise(trainer: Trainer, first_backoff_s: float = FIRST_BACKOFF_S) -> None:
     """Run the trainer; after a failure log it, show it in status and start again."""
-    backoff = first_backoff_s
-    while True:
-        try:
-            await trainer.run()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the supervisor's job: keep the trainer alive, loudly
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the stop arrived as this failure: stop, never restart into it
-            trainer.progress.error = f"{type(exc).__name__}: {exc}"
-            logger.exception("trainer failed; restarting in %.0fs", backoff)
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, MAX_BACKOFF_S)
-        trainer.reset()
+
+    def failed(error: str) -> None:
+        trainer.progress.error = error
+
+    await supervision.supervise(
+        "trainer",
+        trainer.run,
+        on_failure=failed,
+        before_restart=trainer.reset,
+        first_backoff_s=first_backoff_s,
+    )

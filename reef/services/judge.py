@@ -43,6 +43,7 @@ from reef.core.errors import ConfigError
 from reef.core.events import TurnCompleted, TurnJudged, utc_now
 from reef.core.ids import derived_id
 from reef.log.base import LogRecord
+from reef.services import supervision
 from reef.services.eventstore import EventStore
 from reef.services.judge_client import (
     ExchangeIndex,
@@ -51,12 +52,10 @@ from reef.services.judge_client import (
     JudgeError,
     loads,
 )
+from reef.services.supervision import FIRST_BACKOFF_S
 from reef.settings import Settings
 
 logger = logging.getLogger("reef.judge")
-
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
 
 
 def judgement_id(turn_id: str) -> str:
@@ -323,18 +322,10 @@ async def in_process_judge(
 async def supervise(judge: Judge, first_backoff_s: float = FIRST_BACKOFF_S) -> None:
     """Run the judge; after a failure log it, show it in status and start again (it
     resumes from its committed offsets, as after a crash)."""
-    backoff = first_backoff_s
-    while True:
-        try:
-            await judge.run()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the supervisor's job: keep the judge alive, loudly
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
-            judge.error = f"{type(exc).__name__}: {exc}"
-            logger.exception("judge failed; restarting in %.0fs", backoff)
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def failed(error: str) -> None:
+        judge.error = error
+
+    await supervision.supervise(
+        "judge", judge.run, on_failure=failed, first_backoff_s=first_backoff_s
+    )
