@@ -52,16 +52,11 @@ from recipes.gepa.reflection import REFLECTION_MARKER
 from recipes.harness_evolve import PROPOSER_MARKER
 from reef.testing.scripted_upstream import (
     ROUTES,
-    Exchange,
     Route,
     Script,
     ScriptedUpstream,
-    Send,
     _serve,
     last_user_text,
-    openai_error,
-    send_json,
-    send_stream,
 )
 
 RULE: Final = "Answer with the word reversed."
@@ -156,26 +151,11 @@ class StandInChat:
 class HarnessUpstream(ScriptedUpstream):
     """Chat completions answered by :func:`answer_for`; the rest as the scripted upstream."""
 
-    async def _answer(self, route: Route, raw: bytes, send: Send) -> None:
+    def script(self, route: Route, body: dict[str, Any]) -> Script:
         if route is not _CHAT:
-            await super()._answer(route, raw, send)
-            return
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            await send_json(send, 400, openai_error(400, "request body is not valid JSON"))
-            return
-        if not isinstance(body, dict):
-            await send_json(send, 400, openai_error(400, "request body must be a JSON object"))
-            return
+            return super().script(route, body)
         # the scripted upstream answers X to "Return exactly: X": the answer chosen here
-        exchange = Exchange(
-            next(self._numbers), body, Script(f"Return exactly: {answer_for(body)}")
-        )
-        if exchange.stream and _CHAT.frames is not None:
-            await send_stream(send, iter(_CHAT.frames(exchange)), break_after=None)
-        else:
-            await send_json(send, 200, _CHAT.buffered(exchange))
+        return Script(f"Return exactly: {answer_for(body)}")
 
 
 def main(argv: list[str] | None = None) -> None:

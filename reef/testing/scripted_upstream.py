@@ -529,6 +529,11 @@ class ScriptedUpstream:
             return
         await self._answer(route, body, send)
 
+    def script(self, route: Route, body: dict[str, Any]) -> Script:
+        """What a request asks of the stand-in: its prompt's script (a subclass may
+        answer otherwise)."""
+        return Script.parse(route.prompt(body))
+
     async def _answer(self, route: Route, raw: bytes, send: Send) -> None:
         error = anthropic_error if route.dialect == "anthropic" else openai_error
         try:
@@ -539,7 +544,7 @@ class ScriptedUpstream:
         if not isinstance(body, dict):
             await send_json(send, 400, error(400, "request body must be a JSON object"))
             return
-        exchange = Exchange(next(self._numbers), body, Script.parse(route.prompt(body)))
+        exchange = Exchange(next(self._numbers), body, self.script(route, body))
         script = exchange.script
         if script.sleep:
             await asyncio.sleep(script.sleep)

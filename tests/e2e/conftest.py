@@ -1,6 +1,11 @@
 """End-to-end fixtures: ``reef serve`` as a real process on loopback, on both event logs.
 
 * ``upstream`` (session): the scripted provider stand-in (reef/testing/scripted_upstream.py).
+* ``harness_server`` (session): one embedded ``reef serve`` on ``upstream`` whose
+  scenarios start from tests/support/harness_install.SEED, shared by the harness install
+  and reef-client modules.
+* ``harness_upstream`` (session): the harness agent world's stand-in
+  (reef/testing/harness_upstream.py), shared by the ``harness_evolve`` and ``gepa`` modules.
 * ``log_kind`` (module, parametrized ``embedded`` / ``kafka``; the Kafka case is marked
   ``kafka`` and uses the ``kafka_bootstrap`` broker from tests/stack_plugin.py).
 * ``reef_factory`` (module): starts servers on the module's log kind, stopped at module end.
@@ -27,8 +32,10 @@ import pytest
 from reef.testing.servers import (
     UpstreamProcess,
     run_reef,
+    running_upstream,
 )
 from tests.support.deployment import Deployment
+from tests.support.harness_install import SEED, write_tree
 from tests.support.learning_loop import copy_warm_start
 from tests.support.operations import History, embedded_deployment, run_workload
 from tests.support.reef_server import (  # noqa: F401  (fixtures, found by pytest here)
@@ -111,3 +118,31 @@ def reef_server(reef_factory: ReefFactory, reef_options: dict[str, Any]) -> Reef
 def copy_warm_start_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The warm-started creation weights, built once per run (read only by the servers)."""
     return copy_warm_start(tmp_path_factory.mktemp("copy-warm-start"))
+
+
+@pytest.fixture(scope="session")
+def harness_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
+    """The harness agent world's stand-in (reef/testing/harness_upstream.py), shared by the
+    ``harness_evolve`` and ``gepa`` modules on both logs (a test counts the requests
+    made after a baseline it takes)."""
+    with running_upstream(
+        tmp_path_factory.mktemp("harness-upstream"), module="reef.testing.harness_upstream"
+    ) as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def harness_server(
+    upstream: UpstreamProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReefServer]:
+    """One embedded ``reef serve`` whose scenarios start from the harness seed, shared by
+    the harness install and reef-client modules (each test uses scenarios of its own)."""
+    seed = write_tree(tmp_path_factory.mktemp("harness-seed"), SEED)
+    server = launch(
+        "embedded",
+        upstream=upstream,
+        state_dir=tmp_path_factory.mktemp("harness-server"),
+        env={"REEF_SEED_DIR": str(seed)},
+    )
+    yield server
+    server.stop()

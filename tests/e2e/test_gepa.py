@@ -1,6 +1,8 @@
-"""``gepa`` end to end through the HTTP API: ``reef serve`` (embedded log, trainer inside)
-proxies the scripted stand-in (:mod:`reef.testing.harness_upstream`), which plays the
-agent, the task model of the recipe's episodes and the reflection model.
+"""``gepa`` end to end through the HTTP API, on both logs (tests/support/learning.py: on
+the embedded log the trainer runs inside ``reef serve``; on Kafka it is a ``reef trainer``
+process beside ``reef serve`` and a ``reef streams`` worker). ``reef serve`` proxies the
+scripted stand-in (:mod:`reef.testing.harness_upstream`, the session's ``harness_upstream``),
+which plays the agent, the task model of the recipe's episodes and the reflection model.
 
 An agent (the openai SDK through Reef) works on tasks with the served harness and
 reports each grade with its reference answer. The first batch makes the recipe reflect
@@ -28,9 +30,10 @@ import pytest
 from recipes.harness_edits import compose
 from recipes.tasks import exact
 from reef.testing.harness_upstream import RULE, USELESS
-from reef.testing.servers import running_upstream
+from reef.testing.servers import UpstreamProcess
 from tests.support.api import unique_scenario
 from tests.support.learning import LearningDeployment, learning_deployment
+from tests.support.reef_server import LOG_KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -134,8 +137,9 @@ class Deployment:
                 response = client.post("/reef/report", json=body)
                 assert response.status_code in (200, 201, 202), response.text
 
-    def decided(self, scenario: str, before: dict[str, int]) -> str:
-        """The outcome of the trainer's next decision: accepted, rejected or failed."""
+    def decided(self, scenario: str, before: dict[str, int]) -> tuple[str, dict[str, int]]:
+        """The outcome of the trainer's next decision (accepted, rejected or failed) and
+        its counters then."""
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while time.monotonic() < deadline:
             self.loop.alive()
@@ -143,14 +147,13 @@ class Deployment:
             assert status["error"] is None, status
             skipped = [r for r in status["recent_rejections"] if r["scenario"] == scenario]
             assert not skipped, skipped
-            grown = [k for k, v in status["candidates"].items() if v > before.get(k, 0)]
+            counters: dict[str, int] = status["candidates"]
+            grown = [k for k, v in counters.items() if v > before.get(k, 0)]
             if grown:
-                return str(grown[0])
-            time.sleep(0.25)
+                assert len(grown) == 1, (before, counters)
+                return grown[0], dict(counters)
+            time.sleep(0.1)
         raise AssertionError(f"no trainer decision for {scenario}\n{self.loop.trainer_output()}")
-
-    def counters(self) -> dict[str, int]:
-        return dict(self.loop.wait_trainer_status()["candidates"])
 
 
 def reversal(words: list[str], suffix: str = "") -> list[tuple[str, str]]:
@@ -161,25 +164,32 @@ def mean(episodes: list[Episode]) -> float:
     return sum(e.score for e in episodes) / len(episodes)
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    tmp = tmp_path_factory.mktemp("gepa")
+@pytest.fixture(scope="module", params=LOG_KINDS)
+def deployment(
+    request: pytest.FixtureRequest,
+    harness_upstream: UpstreamProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    kind: str = request.param
+    bootstrap = request.getfixturevalue("kafka_topics") if kind == "kafka" else None
+    tmp = tmp_path_factory.mktemp(f"gepa-{kind}")
     seed = tmp / "seed"
     seed.mkdir()
     (seed / "system_prompt.md").write_text(SEED)
     token = f"reef-tok-{secrets.token_hex(8)}"
-    with running_upstream(tmp / "upstream", module="reef.testing.harness_upstream") as upstream:
-        env = {
-            "REEF_TOKEN": token,
-            "REEF_UPSTREAM_URL": upstream.v1_url,
-            "REEF_UPSTREAM_DIALECT": "openai",
-            "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
-            "REEF_RECIPE": "gepa",
-            "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
-            "REEF_SEED_DIR": str(seed),
-        }
-        with learning_deployment("embedded", tmp, env, token=token, group=GROUP) as loop:
-            yield Deployment(loop)
+    env = {
+        "REEF_TOKEN": token,
+        "REEF_UPSTREAM_URL": harness_upstream.v1_url,
+        "REEF_UPSTREAM_DIALECT": "openai",
+        "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
+        "REEF_RECIPE": "gepa",
+        "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
+        "REEF_SEED_DIR": str(seed),
+    }
+    with learning_deployment(
+        kind, tmp, env, token=token, group=GROUP, kafka_bootstrap=bootstrap
+    ) as loop:
+        yield Deployment(loop)
 
 
 def test_gepa_raises_the_held_out_score_and_rejects_a_worse_child(
@@ -193,9 +203,9 @@ def test_gepa_raises_the_held_out_score_and_rejects_a_worse_child(
     before = mean(deployment.run_agent(scenario, reversal(HELD_OUT)))
     assert before < 0.2
 
-    counted = deployment.counters()
     deployment.report(scenario, deployment.run_agent(scenario, reversal(TRAIN)))
-    assert deployment.decided(scenario, counted) == "accepted"
+    outcome, counted = deployment.decided(scenario, {})  # the deployment's first decision
+    assert outcome == "accepted"
     first = deployment.get(scenario, "/reef/harness")
     assert first["parent_release_id"] == seed["release_id"]
     assert first["files"] == {"system_prompt.md": SEED + RULE + "\n"}
@@ -211,10 +221,9 @@ def test_gepa_raises_the_held_out_score_and_rejects_a_worse_child(
     assert {e.release for e in after} == {first["release_id"]}
 
     # a batch that leads the reflection to drop the rule: worse on the minibatch
-    counted = deployment.counters()
     worse = [*reversal(TRAIN[:2], f" {USELESS}"), ("Task: x", "unreachable")]
     deployment.report(scenario, deployment.run_agent(scenario, worse))
-    assert deployment.decided(scenario, counted) == "failed"
+    assert deployment.decided(scenario, counted)[0] == "failed"
     log = deployment.loop.trainer_log()
     assert "child rejected: minibatch" in log and "<= parent" in log
 

@@ -12,6 +12,11 @@ An agent here does what a client of a harness scenario does: fetch ``GET /reef/h
 compose the system prompt from its files, ask through Reef's ``/v1/chat/completions``
 (openai SDK), and a programmatic grader posts one report per answer (httpx).
 
+The three scenarios below are set up together (fixture ``trials``): their failing
+batches are reported at once and the trainer decides each (batches are per scenario), so
+the deployment's latencies overlap; each test then checks one scenario's outcome, read
+from the trainer's log lines naming that scenario.
+
 * scenario ``fix``: the failures make the proposer append the rule; the candidate wins
   the paired evaluation, is committed, the harness served is the winner's, and the
   agent now passes held-out tasks.
@@ -28,6 +33,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +45,8 @@ import pytest
 from recipes.harness_edits import compose
 from recipes.harness_evolve import PROPOSER_MARKER
 from recipes.tasks import exact
-from reef.testing.harness_upstream import MALFORMED, RULE, USELESS
-from reef.testing.servers import UpstreamProcess, running_upstream
+from reef.testing.harness_upstream import MALFORMED, RULE, STYLE, USELESS
+from reef.testing.servers import UpstreamProcess
 from tests.support.api import unique_scenario
 from tests.support.learning import LearningDeployment, learning_deployment
 from tests.support.reef_server import LOG_KINDS
@@ -54,6 +60,7 @@ TRAIN_WORDS = ["otter", "maple", "quartz", "cobalt"]
 HELD_OUT = ["falcon", "copper", "tundra", "walnut", "saffron"]
 BATCH = len(TRAIN_WORDS)
 STEP_TIMEOUT_S = 180.0
+HISTORY = 2000  # the upstream keeps as many requests
 
 
 def recipe_yaml(tmp: Path) -> Path:
@@ -77,7 +84,14 @@ recipe:
 
 
 GROUP = "trainer:harness_evolve"
-OUTCOMES = {"accepted": "committed", "rejected": "gate_rejected", "failed": "training_failed"}
+#: the trainer's log line about a scenario's decided batch, per outcome
+DECIDED = {
+    "committed": "committed for {scenario}",
+    "gate_rejected": "candidate for {scenario} rejected (gate_rejected)",
+    "training_failed": "training on {scenario} failed",
+}
+#: the proposer's answer each scenario's batch leads to (a marker in its tasks)
+MARKERS = {"fix": "", "useless": USELESS, "malformed": MALFORMED}
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,18 @@ class Step:
 
     outcome: str  # committed | gate_rejected | training_failed
     log: str  # the trainer's log lines about the scenario
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One scenario's failing batch, reported, and the trainer's decision on it."""
+
+    scenario: str
+    suffix: str  # appended to every task (the proposer's marker)
+    before: dict[str, Any]  # the harness served before the report
+    failures: list[Episode]  # the reported batch
+    held_out_before: float  # the held-out score before the report (``fix`` only)
+    step: Step
 
 
 @dataclass
@@ -178,25 +204,29 @@ class Deployment:
         assert status["error"] is None, status
         return dict(status["candidates"])
 
-    def step_of(self, scenario: str, before: dict[str, int]) -> Step:
-        """Wait until the trainer decided one more candidate (the scenario's batch: the
-        counters grow once the chain committed, or the gate or the proposal failed);
-        fail fast if it skipped the scenario's samples."""
+    def steps_of(self, scenarios: list[str]) -> dict[str, Step]:
+        """Wait until the trainer decided each scenario's batch (its log names the
+        scenario with the outcome); fail fast if it skipped one's samples."""
         deadline = time.monotonic() + STEP_TIMEOUT_S
+        self.loop.wait_trainer_status()  # one at least (``reef trainer`` logs it)
         while time.monotonic() < deadline:
             self.loop.alive()
-            status = self.loop.wait_trainer_status()
-            skipped = [r for r in status["recent_rejections"] if r["scenario"] == scenario]
-            assert not skipped, f"the trainer skipped samples of {scenario}: {skipped}"
-            grown = [k for k in OUTCOMES if status["candidates"][k] > before[k]]
-            if grown:
-                assert len(grown) == 1, (before, status["candidates"])
-                log = "\n".join(
-                    line for line in self.loop.trainer_log().splitlines() if scenario in line
-                )
-                return Step(OUTCOMES[grown[0]], log)
-            time.sleep(0.25)
-        raise AssertionError(f"no trainer decision for {scenario}\n{self.loop.trainer_output()}")
+            status = self.loop.trainer_status()
+            assert status["error"] is None, status
+            skipped = [r for r in status["recent_rejections"] if r["scenario"] in scenarios]
+            assert not skipped, f"the trainer skipped samples: {skipped}"
+            lines = self.loop.trainer_log().splitlines()
+            steps = {}
+            for scenario in scenarios:
+                log = "\n".join(line for line in lines if scenario in line)
+                found = [o for o, text in DECIDED.items() if text.format(scenario=scenario) in log]
+                assert len(found) <= 1, log
+                if found:
+                    steps[scenario] = Step(found[0], log)
+            if len(steps) == len(scenarios):
+                return steps
+            time.sleep(0.1)
+        raise AssertionError(f"no trainer decisions for {scenarios}\n{self.loop.trainer_output()}")
 
 
 def mean(episodes: list[Episode]) -> float:
@@ -205,7 +235,9 @@ def mean(episodes: list[Episode]) -> float:
 
 @pytest.fixture(scope="module", params=LOG_KINDS)
 def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    harness_upstream: UpstreamProcess,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
     kind: str = request.param
     bootstrap = request.getfixturevalue("kafka_topics") if kind == "kafka" else None
@@ -214,37 +246,69 @@ def deployment(
     seed.mkdir()
     (seed / "system_prompt.md").write_text(SEED)
     token = f"reef-tok-{secrets.token_hex(8)}"
-    with running_upstream(tmp / "upstream", module="reef.testing.harness_upstream") as upstream:
-        env = {
-            "REEF_TOKEN": token,
-            "REEF_UPSTREAM_URL": upstream.v1_url,
-            "REEF_UPSTREAM_DIALECT": "openai",
-            "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
-            "REEF_RECIPE": "harness_evolve",
-            "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
-            "REEF_SEED_DIR": str(seed),
-        }
-        with learning_deployment(
-            kind, tmp, env, token=token, group=GROUP, kafka_bootstrap=bootstrap
-        ) as loop:
-            yield Deployment(loop, upstream)
+    env = {
+        "REEF_TOKEN": token,
+        "REEF_UPSTREAM_URL": harness_upstream.v1_url,
+        "REEF_UPSTREAM_DIALECT": "openai",
+        "REEF_UPSTREAM_API_KEY": f"sk-upstream-{secrets.token_hex(8)}",
+        "REEF_RECIPE": "harness_evolve",
+        "REEF_RECIPE_CONFIG": str(recipe_yaml(tmp)),
+        "REEF_SEED_DIR": str(seed),
+    }
+    with learning_deployment(
+        kind, tmp, env, token=token, group=GROUP, kafka_bootstrap=bootstrap
+    ) as loop:
+        yield Deployment(loop, harness_upstream)
 
 
-def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Deployment) -> None:
-    scenario = deployment.create("fix")
-    before = deployment.harness(scenario)
+@dataclass(frozen=True)
+class Trials:
+    by_name: dict[str, Trial]  # keys of MARKERS
+    proposals: list[dict[str, Any]]  # proposer requests the upstream saw meanwhile
+    styled: list[dict[str, Any]]  # requests showing the useless rule, meanwhile
+
+
+@pytest.fixture(scope="module")
+def trials(deployment: Deployment) -> Trials:
+    """Each scenario of :data:`MARKERS` fails its batch (the agents work side by side),
+    reported at once; every batch decided exactly once (the fresh trainer's counters
+    show one decision per outcome, nothing else)."""
+    upstream = deployment.upstream
+    seen_proposals = len(upstream.requests(contains=PROPOSER_MARKER, limit=HISTORY))
+    seen_styled = len(upstream.requests(contains=STYLE, limit=HISTORY))
+
+    def fail(name: str) -> tuple[str, str, dict[str, Any], list[Episode], float]:
+        scenario = deployment.create(name)
+        suffix = f" {MARKERS[name]}" if MARKERS[name] else ""
+        before = deployment.harness(scenario)
+        failures = deployment.run_agent(scenario, TRAIN_WORDS, suffix=suffix)
+        held_out = mean(deployment.run_agent(scenario, HELD_OUT)) if name == "fix" else 0.0
+        return scenario, suffix, before, failures, held_out
+
+    with ThreadPoolExecutor(len(MARKERS)) as pool:
+        setups = dict(zip(MARKERS, pool.map(fail, MARKERS), strict=True))
+        list(pool.map(lambda setup: deployment.report(setup[0], setup[3]), setups.values()))
+    steps = deployment.steps_of([setup[0] for setup in setups.values()])
+    decided = {k: v for k, v in deployment.counters().items() if v}
+    assert decided == {"accepted": 1, "rejected": 1, "failed": 1}, decided
+    return Trials(
+        {name: Trial(*setup, steps[setup[0]]) for name, setup in setups.items()},
+        upstream.requests(contains=PROPOSER_MARKER, limit=HISTORY)[seen_proposals:],
+        upstream.requests(contains=STYLE, limit=HISTORY)[seen_styled:],
+    )
+
+
+def test_an_edit_that_fixes_the_failures_is_committed_and_served(
+    deployment: Deployment, trials: Trials
+) -> None:
+    trial = trials.by_name["fix"]
+    scenario, before, failures = trial.scenario, trial.before, trial.failures
     assert before["files"] == {"system_prompt.md": SEED}
     assert before["parent_release_id"] is None
-
-    failures = deployment.run_agent(scenario, TRAIN_WORDS)
     assert [e.answer for e in failures] == TRAIN_WORDS  # no rule: the word, not reversed
     assert mean(failures) < 0.2
-    assert mean(deployment.run_agent(scenario, HELD_OUT)) < 0.2  # held out: no report
-    counted = deployment.counters()
-    deployment.report(scenario, failures)
-
-    step = deployment.step_of(scenario, counted)
-    assert step.outcome == "committed", step
+    assert trial.held_out_before < 0.2
+    assert trial.step.outcome == "committed", trial.step
 
     after = deployment.harness(scenario)
     assert after["release_id"] != before["release_id"]
@@ -262,8 +326,14 @@ def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Dep
     assert pinned["files"] == {"system_prompt.md": SEED}  # history kept
 
     # the proposer was the upstream model, asked at temperature 0 with the failures
-    proposals = deployment.upstream.requests(contains=PROPOSER_MARKER)
-    shown = [p for p in proposals if any(f"Task: {w}" in p["raw"] for w in TRAIN_WORDS)]
+    # (the other scenarios' requests carry their markers)
+    shown = [
+        p
+        for p in trials.proposals
+        if any(f"Task: {w}" in p["raw"] for w in TRAIN_WORDS)
+        and USELESS not in p["raw"]
+        and MALFORMED not in p["raw"]
+    ]
     assert len(shown) == 1 and shown[0]["body"]["temperature"] == 0
     assert shown[0]["path"] == "/v1/chat/completions"
 
@@ -274,34 +344,25 @@ def test_an_edit_that_fixes_the_failures_is_committed_and_served(deployment: Dep
 
 
 @pytest.mark.parametrize(
-    ("marker", "outcome"), [(USELESS, "gate_rejected"), (MALFORMED, "training_failed")]
+    ("name", "outcome"), [("useless", "gate_rejected"), ("malformed", "training_failed")]
 )
 def test_an_edit_that_does_not_help_leaves_the_harness_unchanged(
-    deployment: Deployment, marker: str, outcome: str
+    deployment: Deployment, trials: Trials, name: str, outcome: str
 ) -> None:
-    scenario = deployment.create("nohelp")
-    before = deployment.harness(scenario)
-    failures = deployment.run_agent(scenario, TRAIN_WORDS, suffix=f" {marker}")
-    assert mean(failures) < 0.2
-    counted = deployment.counters()
-    deployment.report(scenario, failures)
-
-    step = deployment.step_of(scenario, counted)
+    trial = trials.by_name[name]
+    scenario, step = trial.scenario, trial.step
+    assert mean(trial.failures) < 0.2
     assert step.outcome == outcome, step
     if outcome == "gate_rejected":
         # both harnesses ran the task set (a tie); the useless rule reached the
         # candidate's episodes
-        assert f"candidate for {scenario} rejected (gate_rejected)" in step.log, step
         assert re.search(r"score (0\.\d+) vs head \1 \(gain \+0\.0000, margin 0\.5\)", step.log)
-        episodes = deployment.upstream.requests(contains="Keep answers short.")
-        assert sum(1 for e in episodes if PROPOSER_MARKER not in e["raw"]) >= len(GATE_WORDS)
+        episodes = [e for e in trials.styled if PROPOSER_MARKER not in e["raw"]]
+        assert len(episodes) >= len(GATE_WORDS)
     else:
-        assert f"training on {scenario} failed" in step.log, step
         assert "not one JSON object" in step.log
 
     after = deployment.harness(scenario)
-    assert after["release_id"] == before["release_id"]
-    assert after["files"] == before["files"] == {"system_prompt.md": SEED}
-    assert mean(deployment.run_agent(scenario, HELD_OUT, suffix=f" {marker}")) < 0.2
-    kind = "rejected" if outcome == "gate_rejected" else "failed"
-    assert deployment.counters() == {**counted, kind: counted[kind] + 1}
+    assert after["release_id"] == trial.before["release_id"]
+    assert after["files"] == trial.before["files"] == {"system_prompt.md": SEED}
+    assert mean(deployment.run_agent(scenario, HELD_OUT, suffix=trial.suffix)) < 0.2

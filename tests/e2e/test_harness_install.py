@@ -1,6 +1,7 @@
 """Harness releases installed into agents' folders through a running ``reef serve``.
 
-One embedded server for the module (releases are proposed as a trainer would,
+One embedded server, the session's ``harness_server`` (shared with
+tests/e2e/test_reef_client.py; releases are proposed as a trainer would,
 tests/support/deployment.py). The install script is fetched from
 ``GET /reef/harness/install`` and run with ``sh`` in a temporary HOME, directly and
 through ``reef harness install|status|uninstall``; the catalogue routes list the chain
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -29,7 +29,7 @@ from reef.core import topics
 from reef.core.events import InferenceRecorded
 from reef.harness import RECORD_FILE, InstallRecord, render_files
 from reef.log.embedded import EmbeddedLog
-from reef.testing.servers import UpstreamProcess, run_reef, start_reef
+from reef.testing.servers import run_reef
 from tests.support.api import (
     assert_anthropic_error,
     assert_openai_error,
@@ -38,9 +38,9 @@ from tests.support.api import (
     messages_body,
 )
 from tests.support.deployment import Deployment
-from tests.support.harness_install import run_sh, tree_of
+from tests.support.harness_install import SEED, run_sh, tree_of
+from tests.support.reef_server import ReefServer
 
-SEED = {"system_prompt.md": "You are the seed agent.\n", "skills/greet.md": "# Greet\nSay hi.\n"}
 V2 = {
     "system_prompt.md": "You are the trained agent.\n",
     "rules/style.md": "One line.\n",
@@ -50,32 +50,17 @@ V2 = {
 
 
 @pytest.fixture(scope="module")
-def deployment(
-    upstream: UpstreamProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    seed = tmp_path_factory.mktemp("harness-seed")
-    for path, text in SEED.items():
-        (seed / path).parent.mkdir(parents=True, exist_ok=True)
-        (seed / path).write_text(text)
-    state_dir = tmp_path_factory.mktemp("harness-install")
-    token = f"adm-{secrets.token_hex(8)}"
-    env = {
-        "REEF_TOKEN": token,
-        "REEF_SEED_DIR": str(seed),
-        "REEF_UPSTREAM_API_KEY": f"sk-up-{secrets.token_hex(8)}",
-    }
-    process = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state_dir)
-    try:
-        yield Deployment(
-            name="embedded",
-            process=process,
-            admin_token=token,
-            read_token=token,
-            content=ContentStore(LocalArtifactStore.in_state_dir(state_dir)),
-            new_log=lambda: EmbeddedLog(state_dir / "log.sqlite3"),
-        )
-    finally:
-        process.stop()
+def deployment(harness_server: ReefServer) -> Deployment:
+    state_dir, token = harness_server.state_dir, harness_server.token
+    assert token is not None
+    return Deployment(
+        name="embedded",
+        process=harness_server.process,
+        admin_token=token,
+        read_token=token,
+        content=ContentStore(LocalArtifactStore.in_state_dir(state_dir)),
+        new_log=lambda: EmbeddedLog(state_dir / "log.sqlite3"),
+    )
 
 
 @pytest.fixture(scope="module")

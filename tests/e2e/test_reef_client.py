@@ -6,13 +6,14 @@ Its four calls from the seed quickstart, as a user writes them: ``inference_with
 → ``files`` and ``artifact_version``; pinned with ``?version=``). Pulls across two
 releases, with stale files removed, run against the chain of
 tests/e2e/test_harness_install.py (the embedded log's chain runs inside ``reef serve``).
+On the embedded log the module uses the session's ``harness_server`` (shared with
+tests/e2e/test_harness_install.py); on Kafka a server of its own, with the same seed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -22,19 +23,20 @@ from reef_client.client import HARNESS_VERSION_SIDECAR
 from reef.core.events import ReportSubmitted
 from reef.core.topics import REPORTS
 from tests.support.api import chat_body, unique_scenario
-from tests.support.harness_install import tree_of
+from tests.support.harness_install import SEED, tree_of, write_tree
 from tests.support.reef_server import ReefServer
-
-SEED = {"system_prompt.md": "You are the client's agent.\n", "skills/a.md": "# A\nDo a.\n"}
 
 
 @pytest.fixture(scope="module")
-def reef_options(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    seed = tmp_path_factory.mktemp("client-seed")
-    for path, text in SEED.items():
-        (seed / path).parent.mkdir(parents=True, exist_ok=True)
-        (seed / path).write_text(text)
-    return {"env": {"REEF_SEED_DIR": str(seed)}}
+def reef_server(
+    request: pytest.FixtureRequest, log_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> ReefServer:
+    if log_kind == "embedded":
+        shared: ReefServer = request.getfixturevalue("harness_server")
+        return shared
+    seed = write_tree(tmp_path_factory.mktemp("client-seed"), SEED)
+    started: ReefServer = request.getfixturevalue("reef_factory")(env={"REEF_SEED_DIR": str(seed)})
+    return started
 
 
 def client_of(server: ReefServer) -> ReefClient:

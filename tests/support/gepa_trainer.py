@@ -20,14 +20,8 @@ from typing import Any, Final
 from recipes.chat import ChatEndpoint
 from recipes.gepa.reflection import REFLECTION_MARKER
 from recipes.registry import build_recipe
-from reef.artifacts import LocalArtifactStore
-from reef.artifacts.content import ContentStore
-from reef.core import topics
-from reef.core.chain import ReleaseChainProcessor
-from reef.hosts.embedded import EmbeddedRuntime
-from reef.log.embedded import EmbeddedLog
-from reef.services.eventstore import EventStore
 from reef.testing.harness_upstream import StandInChat
+from tests.support.trainer_harness import embedded_world
 from trainers.consumer import Trainer, TrainerConfig
 
 VALIDATION: Final = ["lantern", "pebble", "harbor", "violet"]
@@ -63,18 +57,13 @@ class StallingChat(StandInChat):
 
 
 async def serve(state: Path, stall: list[str] | None) -> None:
-    log = EmbeddedLog(state / "log.sqlite3")
-    await log.start()
-    await log.ensure_topics(list(topics.ALL_TOPICS))
-    store = EventStore(log)
-    chain = EmbeddedRuntime(log, ReleaseChainProcessor(), idle_wait=0.05)
-    await chain.start()
-    content = ContentStore(LocalArtifactStore.in_state_dir(state))
-    chat = StallingChat(Path(stall[0]), stall[1]) if stall else StandInChat()
-    recipe = build_recipe("gepa", CONFIG, chat=chat)
-    trainer = Trainer(recipe, store, content, TrainerConfig("gepa", "kill", state / "trainer"))
-    print("ready", flush=True)
-    await trainer.run()
+    async with embedded_world(state) as world:
+        chat = StallingChat(Path(stall[0]), stall[1]) if stall else StandInChat()
+        recipe = build_recipe("gepa", CONFIG, chat=chat)
+        config = TrainerConfig("gepa", "kill", state / "trainer")
+        trainer = Trainer(recipe, world.store, world.content, config)
+        print("ready", flush=True)
+        await trainer.run()
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Running a harness install script with ``sh`` as a user would, and reading what it wrote."""
+"""Running a harness install script with ``sh`` as a user would, and reading what it wrote;
+the seed harness of the shared ``harness_server`` (tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ import subprocess
 from pathlib import Path
 
 from reef.harness import RECORD_FILE
+
+#: the files every scenario of ``harness_server`` starts from
+SEED = {"system_prompt.md": "You are the seed agent.\n", "skills/greet.md": "# Greet\nSay hi.\n"}
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """``files`` ({relative path: text}) written under ``root``; ``root``."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
 
 
 def run_sh(

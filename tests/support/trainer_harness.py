@@ -1,6 +1,7 @@
 """The trainer in-process over an embedded log: a :class:`Harness` that creates
-scenarios, submits samples and reads releases, the ``harness`` and ``running`` fixtures
-(re-exported by tests/unit/conftest.py) and :func:`until`.
+scenarios, submits samples and reads releases (:func:`embedded_world` builds one, also for
+tests/support/gepa_trainer.py), the ``harness`` and ``running`` fixtures (re-exported by
+tests/unit/conftest.py) and :func:`until`.
 """
 
 from __future__ import annotations
@@ -133,20 +134,28 @@ class Harness:
         ]
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    log = EmbeddedLog(tmp_path / "log.sqlite3")
+@contextlib.asynccontextmanager
+async def embedded_world(state: Path) -> AsyncIterator[Harness]:
+    """An embedded log under ``state`` with Reef's topics, the release chain running on
+    it and a local artifact store there (what a trainer needs; closed at exit)."""
+    log = EmbeddedLog(state / "log.sqlite3")
     await log.start()
     await log.ensure_topics(list(topics.ALL_TOPICS))
     store = EventStore(log)
     chain = EmbeddedRuntime(log, ReleaseChainProcessor(), idle_wait=0.05)
     await chain.start()
-    content = ContentStore(LocalArtifactStore.in_state_dir(tmp_path))
+    content = ContentStore(LocalArtifactStore.in_state_dir(state))
     try:
-        yield Harness(tmp_path, log, store, chain, content)
+        yield Harness(state, log, store, chain, content)
     finally:
         await chain.close()
         await log.close()
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    async with embedded_world(tmp_path) as world:
+        yield world
 
 
 @pytest.fixture
