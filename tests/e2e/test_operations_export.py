@@ -32,6 +32,11 @@ from reef.testing.servers import run_reef
 from tests.support.deployment import Deployment
 from tests.support.operations import History
 
+#: topics the mixed history may leave empty: engine loads (no engine here), turns and
+#: judgements (sessions are not tracked in this deployment; tests/e2e/test_sessions.py
+#: and test_judge.py cover them)
+UNEXERCISED_TOPICS = frozenset({topics.ENGINE, topics.TURNS, topics.JUDGEMENTS})
+
 # ---------------------------------------------------------------------------
 # The embedded deployment and its history (one per module)
 
@@ -108,7 +113,7 @@ def test_export_parquet_round_trips_every_topic(
         assert {
             r["event_id"]: (r["type"], r["partition"], r["offset"]) for r in rows
         } == _positions(stored), topic
-        if topic == topics.ENGINE and not stored:
+        if topic in UNEXERCISED_TOPICS and not stored:
             continue
         assert len(rows) > 0, f"the workload wrote nothing to {topic}"
 
