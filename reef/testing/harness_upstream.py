@@ -39,10 +39,7 @@ the same answers in-process, as a :class:`recipes.chat.ChatClient`.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import re
-import sys
 from typing import Any, Final
 
 import orjson
@@ -55,8 +52,8 @@ from reef.testing.scripted_upstream import (
     Route,
     Script,
     ScriptedUpstream,
-    _serve,
     last_user_text,
+    run_stand_in,
 )
 
 RULE: Final = "Answer with the word reversed."
@@ -159,24 +156,7 @@ class HarnessUpstream(ScriptedUpstream):
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    args = parser.parse_args(argv)
-    config = uvicorn.Config(
-        HarnessUpstream(),
-        host=args.host,
-        port=args.port,
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(_serve(server))
-    sys.exit(0)
+    run_stand_in(HarnessUpstream(), argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

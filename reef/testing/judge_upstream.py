@@ -25,10 +25,8 @@ process can be both a deployment's upstream and its judge.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
-import sys
 from typing import Any
 
 import orjson
@@ -48,8 +46,8 @@ from reef.testing.scripted_upstream import (
     Script,
     ScriptedUpstream,
     Send,
-    _serve,
     openai_error,
+    run_stand_in,
     send_json,
 )
 
@@ -124,25 +122,8 @@ class JudgeUpstream(ScriptedUpstream):
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    args = parser.parse_args(argv)
-    config = uvicorn.Config(
-        JudgeUpstream(),
-        host=args.host,
-        port=args.port,
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=1,  # a held request does not hold the shutdown
-    )
-    server = uvicorn.Server(config)
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(_serve(server))
-    sys.exit(0)
+    # a held request does not hold the shutdown
+    run_stand_in(JudgeUpstream(), argv, __doc__.splitlines()[0], timeout_graceful_shutdown=1)
 
 
 if __name__ == "__main__":

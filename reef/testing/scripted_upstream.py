@@ -629,28 +629,35 @@ async def _serve(server: Any) -> None:
     await task
 
 
-def main(argv: list[str] | None = None) -> None:
+def run_stand_in(app: Any, argv: list[str] | None, description: str, **options: Any) -> None:
+    """A stand-in's command line (``--host``, ``--port``: 0 picks a free one,
+    ``--log-level``): serve ``app`` until stopped, then exit 0. ``options`` go to uvicorn."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     config = uvicorn.Config(
-        make_app(),
+        app,
         host=args.host,
         port=args.port,
         lifespan="on",
         access_log=False,
         log_level=args.log_level,
-        backlog=4096,
-        timeout_keep_alive=60,
+        **options,
     )
     server = uvicorn.Server(config)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(_serve(server))
     sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_stand_in(
+        make_app(), argv, __doc__.splitlines()[0], backlog=4096, timeout_keep_alive=60
+    )
 
 
 if __name__ == "__main__":
