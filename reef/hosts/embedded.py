@@ -2,14 +2,17 @@
 
 Commit protocol (per batch of input records, written down once here):
 
-1. Read up to ``batch_size`` records from the processor's input topics, starting at the
-   positions stored under the consumer group ``processor:<name>``; order them by
+1. Read about ``batch_size`` records from the processor's input topics (an equal share
+   of every input partition, from one snapshot of the log), starting at the positions
+   stored under the consumer group ``processor:<name>``; order them by
    (partition, append time, topic, offset) so replay sees the same interleaving.
 2. Run the pure step over each record against a write buffer over the stored state
    (:class:`reef.hosts.sqlite_state.SqliteState`: the ``processor_state`` rows,
    read on demand through a bounded cache, so memory does not grow with the state; a
    processor that names the keys its steps read has the batch's keys fetched first,
-   a few queries instead of one per key).
+   a few queries instead of one per key), then encode the outputs and the changed
+   values; all of it synchronous, with the cyclic collector paused
+   (:mod:`reef.core.collector`).
 3. In ONE SQLite transaction (:meth:`EmbeddedLog.transact`): upsert/delete the changed
    state keys, append the output events, store the next input positions.
 4. Only after the COMMIT bring the state's cache up to the buffered writes.
@@ -31,16 +34,21 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from reef.core.collector import collector_paused
 from reef.core.errors import ConfigError, LogUnavailableError
 from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.hosts.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
 from reef.hosts.state_codec import dump_value
-from reef.log.base import EventLog, LogRecord
+from reef.log.base import EventLog, LogRecord, PendingAppend
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+#: topic -> partition -> next offset to process
+Positions = dict[str, dict[int, int]]
+#: a batch's changed state rows: (key, value or None if deleted, its JSON text or None)
+Written = list[tuple[str, Any, str | None]]
 
 #: back-off while the log refuses commits (seconds, doubling up to the maximum)
 _RETRY_FIRST = 0.2
@@ -79,7 +87,8 @@ class EmbeddedRuntime:
         self.state = SqliteState(log.path, processor.name, cache_bytes=cache_bytes)
         self.positions: dict[str, dict[int, int]] = {}
         self.processed = 0
-        self._batch_size = batch_size
+        #: records read per input partition and batch: about ``batch_size`` in all
+        self._per_partition = -(-batch_size // (log.partitions * len(processor.inputs)))
         self._idle_wait = idle_wait
         #: after a wake-up, wait this long so one transaction carries many inputs
         self._linger = linger
@@ -140,6 +149,17 @@ class EmbeddedRuntime:
         records = await self._read_batch()
         if not records:
             return False
+        with collector_paused():  # no await inside: no other task runs meanwhile
+            pending, written, positions = self._fold(records)
+        changes = [(key, text) for key, _, text in written]
+        await self.log.transact(pending, lambda db: self._persist(db, changes, positions))
+        self.state.committed((k, v, len(text or "")) for k, v, text in written)
+        self.positions = positions
+        self.processed += len(records)
+        return True
+
+    def _fold(self, records: list[LogRecord]) -> tuple[list[PendingAppend], Written, Positions]:
+        """Step 2: the batch's outputs (encoded), changed state rows and next positions."""
         buffer = WriteBuffer(self.state)
         outputs = []
         positions = {topic: dict(offsets) for topic, offsets in self.positions.items()}
@@ -167,60 +187,32 @@ class EmbeddedRuntime:
             (key, value, None if value is None else dump_value(value).decode())
             for key, value in buffer.changes()
         ]
-        changes = [(key, text) for key, _, text in written]
-        await self.log.transact(pending, lambda db: self._persist(db, changes, positions))
-        self.state.committed((k, v, len(text or "")) for k, v, text in written)
-        self.positions = positions
-        self.processed += len(records)
-        return True
+        return pending, written, positions
 
     async def _read_batch(self) -> list[LogRecord]:
-        records: list[LogRecord] = []
-        budget = self._batch_size  # per topic: the horizon below may drop a share of it
+        # One snapshot of every input topic (one read transaction): topics read one after
+        # the other while appends go on would otherwise see different moments of the log
+        # (a report read without the exchange appended with it), and the interleaving
+        # would not be replay's.
+        snapshot = await self.log.read_snapshot(
+            self.processor.inputs, self.positions, self._per_partition
+        )
         order = {topic: i for i, topic in enumerate(self.processor.inputs)}
-
-        def key(r: LogRecord) -> tuple[int, int, int]:
-            return (r.timestamp_ms, order[r.topic], r.offset)
-
-        # One snapshot of every input topic's end: topics read one after the other while
-        # appends go on would otherwise see different moments of the log (a report read
-        # without the exchange appended with it), and the interleaving would not be replay's.
-        ends = await self.log.query(self._input_ends)
-        # Per partition, the last sort key safe to process: where a topic was read only
-        # partly, its unread records may sort before records read from another topic.
-        horizon: dict[int, tuple[int, int, int]] = {}
-        for topic in self.processor.inputs:
-            taken = 0
-            last: dict[int, LogRecord] = {}
-            async for record in self.log.read(topic, start=self.positions[topic]):
-                if record.offset >= ends[topic].get(record.partition, 0):
-                    continue  # appended after the snapshot: the next batch takes it
-                records.append(record)
-                last[record.partition] = record
-                taken += 1
-                if taken >= budget:
-                    break
-            if taken < budget:
-                continue
-            for partition, end in ends[topic].items():
-                seen = last.get(partition)
-                read_to = seen.offset + 1 if seen else self.positions[topic].get(partition, 0)
-                if read_to < end:
-                    bound = key(seen) if seen else (-1, -1, -1)
-                    horizon[partition] = min(horizon.get(partition, bound), bound)
-        records = [r for r in records if key(r) <= horizon.get(r.partition, key(r))]
-        records.sort(key=lambda r: (r.partition, *key(r)))
-        return _contiguous(records, self.positions)
-
-    def _input_ends(self, db: sqlite3.Connection) -> dict[str, dict[int, int]]:
-        """Next offset per partition of every input topic, from one statement (one snapshot)."""
-        ends: dict[str, dict[int, int]] = {topic: {} for topic in self.processor.inputs}
-        for topic, partition, offset in db.execute(
-            "SELECT topic, partition, next_offset FROM partition_heads"
-        ):
-            if topic in ends:
-                ends[topic][int(partition)] = int(offset)
-        return ends
+        keyed = [
+            ((r.partition, r.timestamp_ms, order[r.topic], r.offset), r) for r in snapshot.records
+        ]
+        # Per partition, the last key safe to process: where a topic's partition was read
+        # only partly, its unread records may sort before records read from another topic.
+        last: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        for key, record in keyed:
+            last[(record.topic, record.partition)] = key
+        horizon: dict[int, tuple[int, int, int, int]] = {}
+        for (topic, partition), key in last.items():
+            if key[3] + 1 < snapshot.ends[topic][partition]:
+                horizon[partition] = min(horizon.get(partition, key), key)
+        keyed = [item for item in keyed if item[0] <= horizon.get(item[0][0], item[0])]
+        keyed.sort()  # keys are unique: records are never compared
+        return _contiguous([record for _, record in keyed], self.positions)
 
     def _persist(
         self,

@@ -100,7 +100,6 @@ class SqliteState:
     def committed(self, changes: Iterable[tuple[str, Any, int]]) -> None:
         """Bring the cache up to a COMMIT: ``(key, value or None if deleted, JSON size)``."""
         for key, value, size in changes:
-            self._forget(key)
             if value is None:
                 self._remember(key, _ABSENT, len(key))
             else:
@@ -131,10 +130,11 @@ class SqliteState:
         return self._cursor
 
     def _remember(self, key: str, value: Any, size: int) -> None:
+        """Cache ``value`` (replacing what was cached); one too large only drops the old."""
+        self._forget(key)
         weight = size + _ENTRY_WEIGHT
         if weight > self.cache_bytes:
             return
-        self._forget(key)
         self._cache[key] = (value, weight)
         self._weight += weight
         while self._weight > self.cache_bytes:

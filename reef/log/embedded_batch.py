@@ -61,16 +61,15 @@ def write_batch(
     positions, heads = _assign(db, records, partitions)
     rows: list[Row] = []
     compacted: dict[tuple[str, bytes], Row | None] = {}  # None: the key's last is a tombstone
+    texts: dict[tuple[tuple[str, bytes], ...], str] = {}  # a batch has a few header sets
     for record, at in zip(records, positions, strict=True):
         if record.topic in COMPACTED_TOPICS:  # the last record of a key wins
             compacted[(record.topic, record.key)] = _compacted_row(record, at, now_ms)
         elif record.value is None:  # append_many refuses these before they reach the writer
             raise ValueError(f"a tombstone needs a compacted topic, not {record.topic!r}")
         else:
-            headers = encode_headers(record.headers)
-            rows.append(
-                (at.topic, at.partition, at.offset, record.key, record.value, headers, now_ms)
-            )
+            text = _encoded(texts, record.headers)
+            rows.append((at.topic, at.partition, at.offset, record.key, record.value, text, now_ms))
     _insert(db, _INSERT_RECORDS, rows)
     _insert(db, _UPSERT_HEADS, [(t, p, o) for (t, p), o in heads.items()])
     _insert(db, _UPSERT_COMPACTED, [row for row in compacted.values() if row is not None])
@@ -78,6 +77,18 @@ def write_batch(
     if erased:
         db.executemany("DELETE FROM compacted WHERE topic = ? AND key = ?", erased)
     return positions
+
+
+def _encoded(texts: dict[tuple[tuple[str, bytes], ...], str], headers: Headers) -> str:
+    """``headers`` as stored, encoded once per distinct set in a batch."""
+    try:
+        key = tuple(headers)
+        text = texts.get(key)
+    except TypeError:  # a value of an unhashable bytes-like type
+        return encode_headers(headers)
+    if text is None:
+        text = texts[key] = encode_headers(headers)
+    return text
 
 
 def _compacted_row(record: PendingAppend, at: Position, now_ms: int) -> Row | None:

@@ -10,12 +10,11 @@ state is exactly what the log implies, which is what makes the log the system of
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reef.core.collector import collector_paused
 from reef.core.events import Event
 from reef.core.ids import content_hash
 from reef.core.state import DictState, Processor
@@ -59,39 +58,29 @@ class _Topics:
         """The records of ``topics`` in the embedded runtime's order, each with its event
         (None: undecodable, skipped by every reader as the live hosts skip it)."""
         order = {topic: i for i, topic in enumerate(topics)}
-        records = [r for topic in order for r in self._records[topic]]
-        records.sort(key=lambda r: (r.partition, r.timestamp_ms, order[r.topic], r.offset))
-        return [(r, self._event(r)) for r in records]
+        keyed = [
+            ((r.partition, r.timestamp_ms, i, r.offset), r)
+            for topic, i in order.items()
+            for r in self._records[topic]
+        ]
+        keyed.sort()  # keys are unique: records are never compared
+        return [(r, self._event(r)) for _, r in keyed]
 
     def _event(self, record: LogRecord) -> Event | None:
         slot = (record.topic, record.partition, record.offset)
-        if slot not in self._events:
-            self._events[slot] = self._store.decode(record).event
-        return self._events[slot]
+        if slot in self._events:
+            return self._events[slot]
+        event = self._events[slot] = self._store.decode(record).event
+        return event
 
 
 async def _read(log: EventLog, topic: str) -> list[LogRecord]:
     return [r async for r in log.read(topic)]
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for a synchronous fold (no await inside, so no
-    other task runs meanwhile): a fold keeps everything it builds, none of it cyclic, and
-    each full collection would walk the whole growing state again (about a quarter of a
-    replay's CPU time). What the fold leaves is collected as usual once it is back on."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _replay_processor(topics: _Topics, processor: Processor) -> tuple[DictState, int]:
     state = DictState()
-    with _collector_paused():
+    with collector_paused():
         records = topics.merged(processor.inputs)
         for _, event in records:
             if event is not None:
@@ -113,14 +102,18 @@ async def ordered_events(store: EventStore, topics: Sequence[str]) -> list[Event
 async def replay(processors: Sequence[Processor], log: EventLog) -> ReplayResult:
     store = EventStore(log)
     needed = [t for p in processors for t in p.inputs] + list(FOLLOWED_TOPICS)
-    topics = await _Topics.read(store, needed)
+    # the collector is off over the reads too: they keep every record until the end, so
+    # its collections would only walk the growing lists (replay is a batch job: the
+    # log client's own tasks, the only others running meanwhile, are collected after)
+    with collector_paused():
+        topics = await _Topics.read(store, needed)
     states = {}
     total = 0
     for processor in processors:
         states[processor.name], count = _replay_processor(topics, processor)
         total += count
     api = ApiState()
-    with _collector_paused():
+    with collector_paused():
         for _, event in topics.merged(FOLLOWED_TOPICS):
             if event is not None:
                 api.apply(event)
