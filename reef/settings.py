@@ -121,7 +121,12 @@ class Settings(BaseModel):
         "the embedded log, else by reef judge. Needs track_sessions.",
     )
     judge_url: str | None = Field(
-        None, description="OpenAI-compatible base URL of the judge (unset: the upstream's)."
+        None, description="Base URL of the judge, in judge_dialect (unset: the upstream's)."
+    )
+    judge_dialect: Literal["openai", "sglang"] = Field(
+        "openai",
+        description="How the judge is asked: OpenAI chat completions, or SGLang's native "
+        "/generate (the prompt rendered as ChatML).",
     )
     judge_api_key: SecretStr | None = Field(
         None, description="Key of the judge endpoint (unset: the upstream's key)."
@@ -150,6 +155,13 @@ class Settings(BaseModel):
 
     record_tokens: bool = Field(
         False, description="Ask engines for token ids + logprobs and record them (RL recipes)."
+    )
+    record_top_logprobs: int = Field(
+        0,
+        ge=0,
+        le=20,
+        description="Also record the top-K token ids + logprobs per generated token "
+        "(openclaw_rl distillation); 0: off. Implies record_tokens.",
     )
     engine_model: str = Field(
         "tiny", description="Model of the local engine started when no upstream is set."

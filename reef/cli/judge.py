@@ -26,7 +26,12 @@ from reef.services.judge import Judge, judge_config, running_judge
 
 @click.command("judge")
 @log_options
-@click.option("--judge-url", help="OpenAI-compatible base URL of the judge (default: upstream).")
+@click.option("--judge-url", help="Base URL of the judge (default: the upstream's).")
+@click.option(
+    "--judge-dialect",
+    type=click.Choice(["openai", "sglang"]),
+    help="How the judge is asked: OpenAI chat completions, or SGLang's native /generate.",
+)
 @click.option("--judge-model", help="Model name the judge requests carry.")
 @click.option("--judge-votes", type=int, help="Votes asked per turn (plurality).")
 @click.option(

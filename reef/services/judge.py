@@ -79,7 +79,8 @@ def judge_config(
 ) -> JudgeConfig | None:
     """The deployment's judge (None without an endpoint: no judge URL and no upstream).
 
-    The judge speaks OpenAI chat completions: an Anthropic upstream needs a judge URL."""
+    The judge speaks OpenAI chat completions or SGLang's ``/generate``
+    (``judge_dialect``): an Anthropic upstream needs a judge URL."""
     url = settings.judge_url or settings.upstream_url
     if url is None:
         return None
@@ -98,6 +99,7 @@ def judge_config(
         max_tokens=settings.judge_max_tokens,
         temperature=settings.judge_temperature,
         partitions=partitions,
+        dialect=settings.judge_dialect,
     )
 
 

@@ -1,9 +1,22 @@
 """What the judge talks to: the judge model over HTTP, and the recorded exchanges.
 
-:class:`JudgeClient` asks an OpenAI-compatible ``/chat/completions`` endpoint, at most
-``concurrency`` requests at once, each bounded by ``timeout_s``; every failure (refused,
-timed out, an error status, a reply that is not a chat completion) is translated once,
-here, into :class:`JudgeError` carrying the reason a judgement records.
+:class:`JudgeClient` asks the judge endpoint in one of two dialects (``judge_dialect``),
+at most ``concurrency`` requests at once, each bounded by ``timeout_s``; every failure
+(refused, timed out, an error status, a reply not in the dialect's shape) is translated
+once, here, into :class:`JudgeError` carrying the reason a judgement records:
+
+* ``openai``: ``POST <url>/chat/completions`` with the chat messages; the reply is
+  ``choices[0].message.content``.
+* ``sglang``: SGLang's native ``POST <root>/generate`` (``<root>``: the URL without a
+  trailing ``/v1``, so the OpenAI base of the same server works too) with ``text`` and
+  ``sampling_params`` (``temperature``, ``max_new_tokens``, ``stop``; ``n`` left at 1:
+  each vote is its own request, timed out and failed on its own, as in the other
+  dialect); the reply is ``text``, and ``meta_info.finish_reason`` of type ``abort``
+  is a failure. ``/generate`` takes text, not messages: they are rendered as ChatML
+  (:func:`render_chatml`), the template of the Qwen family that process-reward models
+  are commonly built on; a judge with another template is asked through its OpenAI
+  route, where the server applies its own. The model name is not sent (the server
+  serves one model); ``judge_model`` still names it in each ``TurnJudged``.
 
 :class:`ExchangeIndex` finds an exchange by its receipt: it indexes ``reef.inference``
 (receipt -> partition and offset; bodies are not kept) by bounded reads up to the end
@@ -15,18 +28,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from reef.core import topics
-from reef.core.errors import CodecError, ReefError
+from reef.core.errors import CodecError, ConfigError, ReefError
 from reef.core.events import InferenceRecorded
 from reef.services.eventstore import EventStore
 
 #: reply bytes kept in a failure reason
 REASON_CHARS = 200
+#: ChatML's turn delimiters (how ``sglang`` renders the judge's messages)
+CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+
+JudgeDialect = Literal["openai", "sglang"]
 
 
 class JudgeError(ReefError):
@@ -50,18 +68,24 @@ class JudgeConfig:
     #: partitions of ``reef.turns`` this judge owns (None: all of them)
     partitions: tuple[int, ...] | None = None
     group: str = "judge"
+    dialect: JudgeDialect = "openai"
 
 
 class JudgeClient:
-    """Chat completions from the judge endpoint; :meth:`aclose` when done."""
+    """Replies from the judge endpoint, in its dialect; :meth:`aclose` when done."""
 
     def __init__(
         self, config: JudgeConfig, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
+        if config.dialect not in DIALECTS:
+            raise ConfigError(
+                f"judge dialect {config.dialect!r}: expected one of {', '.join(DIALECTS)}"
+            )
         headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.config = config
+        self.dialect = DIALECTS[config.dialect]
         self._http = httpx.AsyncClient(
-            base_url=config.url.rstrip("/"),
+            base_url=self.dialect.base(config.url),
             headers=headers,
             timeout=config.timeout_s,
             transport=transport,
@@ -73,31 +97,88 @@ class JudgeClient:
 
     async def ask(self, messages: list[dict[str, str]]) -> str:
         """The judge's reply text (raises :class:`JudgeError` with the reason)."""
-        body = {
-            "model": self.config.model,
-            "messages": messages,
-            "max_tokens": self.config.max_tokens,
-            "temperature": self.config.temperature,
-        }
+        body = self.dialect.request(self.config, messages)
         async with self._slots:
             try:
                 async with asyncio.timeout(self.config.timeout_s):
-                    response = await self._http.post("/chat/completions", json=body)
+                    response = await self._http.post(self.dialect.path, json=body)
             except TimeoutError as exc:
                 raise JudgeError(f"timed out after {self.config.timeout_s:g} s") from exc
             except httpx.HTTPError as exc:
                 raise JudgeError(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise JudgeError(f"HTTP {response.status_code}: {response.text[:REASON_CHARS]}")
-        return _reply_text(response)
+        return self.dialect.reply(response)
 
 
-def _reply_text(response: httpx.Response) -> str:
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one kind of judge endpoint is asked: its base URL, route, body and reply."""
+
+    base: Callable[[str], str]
+    path: str
+    request: Callable[[JudgeConfig, list[dict[str, str]]], dict[str, Any]]
+    reply: Callable[[httpx.Response], str]
+
+
+def chat_request(config: JudgeConfig, messages: list[dict[str, str]]) -> dict[str, Any]:
+    """The ``openai`` dialect's ``/chat/completions`` body."""
+    return {
+        "model": config.model,
+        "messages": messages,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+    }
+
+
+def chat_reply(response: httpx.Response) -> str:
     try:
         content = response.json()["choices"][0]["message"]["content"]
     except (ValueError, LookupError, TypeError) as exc:
         raise JudgeError(f"not a chat completion: {response.text[:REASON_CHARS]}") from exc
     return content if isinstance(content, str) else ""
+
+
+def render_chatml(messages: list[dict[str, str]]) -> str:
+    """Chat messages as ChatML text, ending where the assistant's reply begins."""
+    turns = [f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages]
+    return "".join(turns) + f"{CHATML_START}assistant\n"
+
+
+def generate_request(config: JudgeConfig, messages: list[dict[str, str]]) -> dict[str, Any]:
+    """The ``sglang`` dialect's native ``/generate`` body."""
+    sampling = {
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_tokens,
+        "stop": [CHATML_END],
+    }
+    return {"text": render_chatml(messages), "sampling_params": sampling}
+
+
+def generate_reply(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        text, meta = body["text"], body["meta_info"]
+        finish = meta.get("finish_reason")
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise JudgeError(f"not a /generate reply: {response.text[:REASON_CHARS]}") from exc
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        why = str(finish.get("message") or "no message")
+        raise JudgeError(f"generation aborted: {why[:REASON_CHARS]}")
+    if not isinstance(text, str):
+        raise JudgeError(f"not a /generate reply: {response.text[:REASON_CHARS]}")
+    return text
+
+
+def native_root(url: str) -> str:
+    """The server root SGLang's native routes hang from (an OpenAI base ``.../v1`` too)."""
+    return url.rstrip("/").removesuffix("/v1")
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai": Dialect(lambda url: url.rstrip("/"), "/chat/completions", chat_request, chat_reply),
+    "sglang": Dialect(native_root, "/generate", generate_request, generate_reply),
+}
 
 
 class ExchangeIndex:
