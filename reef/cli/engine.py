@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from reef.cli.options import SERVER_KEEP_ALIVE_S
 from reef.engine.config import EngineConfig
 
 
@@ -103,6 +104,7 @@ def run(config: EngineConfig) -> None:
         workers=1,
         log_level=config.log_level,
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
 
 

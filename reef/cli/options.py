@@ -13,6 +13,13 @@ from reef.settings import LoadedSettings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Seconds ``reef serve`` and ``reef engine`` keep an idle client connection open: longer
+#: than the idle expiry of the clients agents use (httpx, and the OpenAI and Anthropic SDKs
+#: built on it, drop an idle connection after 5 s). With uvicorn's default, also 5 s, the
+#: server could close a connection just as a client reused it, and that request failed
+#: with a read error the client does not retry (seen in a fault test's steady load).
+SERVER_KEEP_ALIVE_S = 75
+
 
 def log_options(fn: F) -> F:
     """Add -c/--config, --state-dir, --log, --kafka-bootstrap and --partitions."""

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import uvicorn
 
-from reef.cli.options import log_options, pop_log_flags, settings_from
+from reef.cli.options import SERVER_KEEP_ALIVE_S, log_options, pop_log_flags, settings_from
 from reef.core.errors import ConfigError
 from reef.settings import Settings, describe
 
@@ -69,6 +69,7 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
 
 
