@@ -14,8 +14,9 @@ Protocol of a batch (per task, for the records one poll returned for its partiti
    processed in the order the embedded host and replay use, (timestamp, topic, offset),
    whatever each topic's fetch size (an input holding too much waits, paused). Run each
    record through the processors that read its topic, against a write buffer over the
-   committed store, yielding to the event loop every few hundred records. Nothing leaves
-   the process yet.
+   committed store, in chunks of a few hundred records with a yield to the event loop
+   between them (the keys a chunk's steps will read, when a processor names them, are
+   first read from the store in one ``multi_get``). Nothing leaves the process yet.
 2. ``begin_transaction``; send the outputs (partition *n* of each processor's output
    topic), one changelog record per changed key (the last value: writes coalesce), and
    the next input offsets (``send_offsets_to_transaction``); ``commit_transaction``.
@@ -59,6 +60,7 @@ Faust's: ``docs/architecture.md``, "The Kafka host".
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import logging
 import os
@@ -77,9 +79,10 @@ from aiokafka.errors import KafkaError
 
 from reef.catalog import processors as configured_processors
 from reef.codec import EventCodec
+from reef.core.collector import collector_paused
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
-from reef.core.state import Processor, WriteBuffer
+from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID
 from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
@@ -109,6 +112,9 @@ MAX_BATCH_RECORDS: Final = 2000
 MAX_HELD_RECORDS: Final = 10_000
 #: the step yields to the event loop (heartbeats, the watchdog) this often
 YIELD_EVERY: Final = 256
+#: allocations between two young collections of the cyclic collector in a worker process
+#: (the interpreter's default: 700), see :func:`quiet_collector`
+GC_YOUNG_THRESHOLD: Final = 10_000
 #: a store kept across a rebalance is read on from its position only if it was synced
 #: this recently (see :meth:`streams.store.PartitionStore.fresh`); else it is restored anew
 KEPT_STORE_MAX_AGE_S: Final = 3600.0
@@ -204,6 +210,10 @@ class StreamsHost:
                 changelog_topic(self.group, p.name),
             )
             for p in (processors if processors is not None else configured_processors(settings))
+        ]
+        #: the processors that name the keys a step reads: a batch fetches them at once
+        self.hinted: list[tuple[Hosted, Callable[[Event], Iterable[str]]]] = [
+            (h, h.processor.reads) for h in self.hosted if isinstance(h.processor, ReadHinting)
         ]
         self.readers: dict[str, list[Hosted]] = defaultdict(list)
         for hosted in self.hosted:
@@ -417,23 +427,39 @@ class StreamsHost:
         buffers = {name: WriteBuffer(store) for name, store in task.stores.items()}
         outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]] = []
         last: dict[tuple[str, int], int] = {}
-        for count, message in enumerate(ready, 1):
-            last[message.topic, message.partition] = message.offset
-            if count % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # heartbeats and the watchdog run between records
-            event = self._decode(message)
-            if event is None:
-                continue
-            for hosted in self.readers[message.topic]:
-                for output in hosted.processor.step(buffers[hosted.processor.name], event):
-                    value, headers = self.codec.encode(output)
-                    outputs.append((hosted.output, output.scenario.encode(), value, headers))
+        for start in range(0, len(ready), YIELD_EVERY):
+            if start:
+                await asyncio.sleep(0)  # heartbeats and the watchdog run between chunks
+            chunk = ready[start : start + YIELD_EVERY]
+            for message in chunk:
+                last[message.topic, message.partition] = message.offset
+            with collector_paused():  # no await inside: a chunk allocates many young objects
+                self._step_chunk(task, buffers, chunk, outputs)
         changes = {
             name: [Change.of(key, value) for key, value in buffer.changes()]
             for name, buffer in buffers.items()
         }
         offsets = {TopicPartition(t, p): offset + 1 for (t, p), offset in last.items()}
         return Pending(outputs, changes, offsets)
+
+    def _step_chunk(
+        self,
+        task: Task,
+        buffers: dict[str, WriteBuffer],
+        chunk: list[Any],
+        outputs: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]],
+    ) -> None:
+        """Decode a chunk, fetch the keys its steps will read (one ``multi_get`` per
+        store: a read hint only, the buffers still answer first), run its steps in order."""
+        decoded = [(m.topic, event) for m in chunk if (event := self._decode(m)) is not None]
+        for hosted, hint in self.hinted:
+            wanted = (event for topic, event in decoded if topic in hosted.inputs)
+            task.stores[hosted.processor.name].prefetch(k for e in wanted for k in hint(e))
+        for topic, event in decoded:
+            for hosted in self.readers[topic]:
+                for output in hosted.processor.step(buffers[hosted.processor.name], event):
+                    value, headers = self.codec.encode(output)
+                    outputs.append((hosted.output, output.scenario.encode(), value, headers))
 
     def _decode(self, message: Any) -> Event | None:
         try:
@@ -706,7 +732,20 @@ async def serve(settings: Settings, data_dir: Path) -> None:
     await ensure_changelog_topics(settings)
     host = StreamsHost(settings, data_dir)
     install_signal_handlers(host)
+    quiet_collector()
     await host.run()
+
+
+def quiet_collector() -> None:
+    """Make the cyclic collector rare in the worker process: what it imported is frozen
+    out of every scan, and a young collection waits for :data:`GC_YOUNG_THRESHOLD`
+    allocations. A catch-up holds thousands of fetched records and decoded events at a
+    time, so with the defaults (700) it ran ~300 young and 3 full collections per 10,000
+    reports, the full ones scanning ~140,000 objects each: about a sixth of the worker's
+    CPU (``bench/join_throughput.py``). Reference counting still frees everything that
+    is not in a cycle at once."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 
 
 def data_dir_base(settings: Settings) -> Path:

@@ -110,6 +110,20 @@ class PartitionStore:
             self._remember(key, value, 0 if raw is None else len(raw))
         return None if value is _ABSENT else value
 
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Read the keys not cached yet in one RocksDB ``multi_get`` and cache each as
+        :meth:`get` would (absent ones too): the keys a batch's steps will read, named by a
+        :class:`reef.core.state.ReadHinting` processor, cost one call, not one a key."""
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._cache]
+        if not wanted:
+            return
+        raws: list[bytes | None] = self._db.get([encode_key(key) for key in wanted]) or []
+        for key, raw in zip(wanted, raws, strict=True):
+            if raw is None:
+                self._remember(key, _ABSENT, 0)
+            else:
+                self._remember(key, load_value(raw), len(raw))
+
     def _remember(self, key: str, value: Any, size: int) -> None:
         weight = size + _ENTRY_WEIGHT
         old = self._cache.pop(key, None)

@@ -69,3 +69,19 @@ def test_keys_are_encoded_exactly_as_json_dumps_writes_them(key: str) -> None:
     """Changelogs written before the fast path hold json.dumps bytes: a restore must find
     the same keys."""
     assert encode_key(key) == json.dumps(key).encode()
+
+
+def test_prefetched_keys_are_cached_as_reads_would_cache_them(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "s")
+    store.commit([Change.of("rec/a", {"n": 1}), Change.of("rec/b", None), Change.of("c", 2)])
+    store._cache.clear()
+    store.prefetch(["rec/a", "rec/b", "missing", "rec/a"])
+    assert {k: v for k, (v, _) in store._cache.items()} == {
+        "rec/a": {"n": 1},
+        "rec/b": store_module._ABSENT,
+        "missing": store_module._ABSENT,
+    }
+    store._db.put(encode_key("rec/a"), encode_value({"n": 9}))  # behind the cache
+    store.prefetch(["rec/a", "missing", "c"])  # what is cached is not read again
+    assert [store.get(k) for k in ("rec/a", "rec/b", "missing", "c")] == [{"n": 1}, None, None, 2]
+    store.close()
