@@ -1,8 +1,8 @@
 """From the deployment's ``recipe`` setting to a configured :class:`~recipes.base.Recipe`.
 
 The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``sao``,
-``harness_evolve``, ``gepa``, ``composite``) or a dotted path ``pkg.mod:Name`` to a
-:class:`Recipe` subclass.
+``openclaw_rl``, ``harness_evolve``, ``gepa``, ``composite``) or a dotted path
+``pkg.mod:Name`` to a :class:`Recipe` subclass.
 Its configuration is the ``recipe:`` section of a YAML file (``recipe_config`` setting,
 or the ``-c`` file of the command); relative paths in it are read relative to that file.
 Everything is validated here, once, at start: an unknown key or a wrong type raises
@@ -11,13 +11,14 @@ deployment's own settings (``harness_evolve`` calls its upstream) has
 ``bind_deployment(settings)``, called here at start too.
 
 The registry is where a recipe meets its effects: a recipe that trains through the
-:class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``, ``sao``: it has
-``bind_backend``) gets the backend passed in, by default the in-process torch backend
-(:class:`trainers.backends.inprocess.InProcessBackend`, torch-free until it trains); one
-that talks to a model through the :class:`~recipes.chat.ChatClient` port
-(``harness_evolve``: it has ``bind_chat``) gets the HTTP client
-(:class:`trainers.backends.chat.HttpChatClient`) unless another is passed. ``composite``
-has ``bind_backend``, ``bind_chat`` and ``bind_deployment`` and hands each to its part.
+:class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``, ``sao``,
+``openclaw_rl``: it has ``bind_backend``) gets the backend passed in, by default the
+in-process torch backend (:class:`trainers.backends.inprocess.InProcessBackend`,
+torch-free until it trains); one that talks to a model through the
+:class:`~recipes.chat.ChatClient` port (``harness_evolve``: it has ``bind_chat``) gets
+the HTTP client (:class:`trainers.backends.chat.HttpChatClient`) unless another is
+passed. ``composite`` has ``bind_backend``, ``bind_chat`` and ``bind_deployment`` and
+hands each to its part.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ BUILTIN: dict[str, str] = {
     "sft": "recipes.sft:SftRecipe",
     "grpo": "recipes.grpo:GrpoRecipe",
     "sao": "recipes.sao.recipe:SAORecipe",
+    "openclaw_rl": "recipes.openclaw_rl.recipe:OpenClawRLRecipe",
     "harness_evolve": "recipes.harness_evolve:HarnessEvolveRecipe",
     "gepa": "recipes.gepa.recipe:GEPARecipe",
     "composite": "recipes.composite.recipe:CompositeRecipe",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from reef.core.chain import ReleaseChainProcessor
+from reef.core.feedback import FeedbackProcessor
 from reef.core.join import JoinProcessor, JoinSettings
 from reef.core.sessions import SessionProcessor, SessionSettings
 from reef.core.state import Processor
@@ -30,4 +31,6 @@ def processors(settings: Settings) -> list[Processor]:
     hosted: list[Processor] = [JoinProcessor(join_settings(settings)), ReleaseChainProcessor()]
     if settings.track_sessions:
         hosted.append(SessionProcessor(session_settings(settings)))
+        if settings.judge_turns:  # judged turns become reports (reef.core.feedback)
+            hosted.append(FeedbackProcessor())
     return hosted

@@ -40,6 +40,7 @@ from reef.core.errors import LogUnavailableError, RequestError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
 from reef.services.projection import ApiState
+from reef.settings import Settings
 
 router = APIRouter()
 
@@ -214,6 +215,23 @@ async def models(request: Request) -> Response:
     return Response(upstream_response.content, media_type="application/json")
 
 
+def _ask_token_record(body: dict[str, Any], settings: Settings) -> bool:
+    """Ask a chat request for the token record the settings want; True if it changed.
+
+    SGLang and reef engine answer ``logprobs`` with ``meta_info`` (ids, logprobs) and
+    ``top_logprobs`` with the top-K ids per generated token; a client's own choice stands.
+    """
+    top = settings.record_top_logprobs
+    changed = False
+    if (settings.record_tokens or top) and "logprobs" not in body:
+        body["logprobs"] = True
+        changed = True
+    if top and body.get("logprobs") is True and "top_logprobs" not in body:
+        body["top_logprobs"] = top
+        changed = True
+    return changed
+
+
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     ctx = context_of(request)
     started = time.perf_counter()
@@ -226,10 +244,8 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     if ctx.upstream.model:
         body["model"] = ctx.upstream.model
         changed = True
-    if ctx.settings.record_tokens and route == "/v1/chat/completions" and "logprobs" not in body:
-        # token-exact samples: SGLang and reef engine answer with meta_info (ids, logprobs)
-        body["logprobs"] = True
-        changed = True
+    if route == "/v1/chat/completions":
+        changed = _ask_token_record(body, ctx.settings) or changed
     if changed:
         raw = json.dumps(body).encode()
     pinned = pinned_release(request, ctx, scenario)

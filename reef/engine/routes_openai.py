@@ -3,7 +3,9 @@
 Every response names the weights that produced it: a top-level ``weight_version`` field
 (in every SSE chunk too) and the ``x-weight-version`` header. With ``"logprobs": true``
 the body also carries SGLang-style ``meta_info`` (``output_token_logprobs``,
-``input_ids``, ``output_ids``) so a recorder can keep the exchange token for token.
+``input_ids``, ``output_ids``, and with ``top_logprobs`` also ``output_top_logprobs``:
+``[[logprob, token_id, null], ...]`` per generated token) so a recorder can keep the
+exchange token for token.
 
 A request uses a loaded LoRA adapter when ``lora_path`` names it, or when ``model`` is
 its name (or ``<base>:<name>``); otherwise the default weights serve it.
@@ -79,13 +81,19 @@ def _logprob_entry(runtime: EngineRuntime, step: Step) -> dict[str, Any]:
 
 
 def _meta_info(version: str, completion: Completion) -> dict[str, Any]:
-    return {
+    meta: dict[str, Any] = {
         "output_token_logprobs": token_logprobs(completion, None),
         "input_ids": completion.prompt_ids,
         "output_ids": completion.output_ids,
         "weight_version": version,
         "finish_reason": _FINISH[completion.finish_type],
     }
+    if completion.steps and completion.steps[0].top:
+        # the top_logprobs asked for, with token ids (SGLang's native shape)
+        meta["output_top_logprobs"] = [
+            [[lp, token, None] for token, lp in step.top] for step in completion.steps
+        ]
+    return meta
 
 
 class _Chat:

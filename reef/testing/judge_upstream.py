@@ -19,6 +19,10 @@ other gets ``\\boxed{-1}``.
 ``__judge_hangs__`` holds the *first* request that shows it open for an hour (the
 judge is killed meanwhile), later ones are answered as usual.
 
+**SGLang's native ``POST /generate``** answers the same prompts rendered as text (the
+markers are found anywhere in ``text``) by the same rules and faults, in SGLang's shape
+(``text``, ``output_ids``, ``meta_info``); any other ``/generate`` text gets HTTP 400.
+
 Every other request (an agent's) is answered as by the scripted upstream, so one
 process can be both a deployment's upstream and its judge.
 """
@@ -42,11 +46,14 @@ from reef.core.judging import (
 from reef.testing.scripted_upstream import (
     ROUTES,
     Exchange,
+    Receive,
     Route,
+    Scope,
     Script,
     ScriptedUpstream,
     Send,
     openai_error,
+    read_body,
     run_stand_in,
     send_json,
 )
@@ -119,6 +126,64 @@ class JudgeUpstream(ScriptedUpstream):
             answer = hint_answer(state)
         exchange = Exchange(next(self._numbers), body, Script(f"Return exactly: {answer}"))
         await send_json(send, 200, _CHAT.buffered(exchange))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["method"], scope["path"]) == ("POST", GENERATE):
+            raw = await read_body(receive)
+            entry = ("POST", GENERATE, scope.get("query_string", b""), scope["headers"], raw)
+            self.recent.append(entry)
+            await self._generate(raw, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _generate(self, raw: bytes, send: Send) -> None:
+        """SGLang's ``/generate``: a judge prompt as text, answered by the same rules."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        text = body.get("text") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not (JUDGE_MARKER in text or HINT_MARKER in text):
+            await send_json(send, 400, {"error": {"message": "not a judge prompt (text)"}})
+            return
+        state = text_next_state(text)
+        if "__judge_hangs__" in state and state not in self._hung:
+            self._hung.add(state)
+            await asyncio.sleep(HANG_S)
+        if "__judge_fails__" in state:
+            await send_json(send, 500, {"error": {"message": "scripted judge failure"}})
+            return
+        if HINT_MARKER in text:
+            answer = hint_answer(state)
+        else:
+            answer = evaluative_answer(state, next(self._votes))
+        await send_json(send, 200, generate_reply(answer, text, next(self._numbers)))
+
+
+# -- SGLang's native /generate -------------------------------------------------------------
+
+GENERATE = "/generate"
+
+
+def text_next_state(text: str) -> str:
+    """The next state a judge prompt rendered as text shows (between the markers), or ''."""
+    start, end = text.rfind(NEXT_STATE_OPEN), text.rfind(NEXT_STATE_CLOSE)
+    return text[start + len(NEXT_STATE_OPEN) : end].strip() if 0 <= start < end else ""
+
+
+def generate_reply(answer: str, prompt: str, number: int) -> dict[str, Any]:
+    """SGLang's non-streaming ``/generate`` body (token counts by whitespace)."""
+    words = len(answer.split())
+    meta = {
+        "id": f"stub-{number}",
+        "finish_reason": {"type": "stop", "matched": None},
+        "prompt_tokens": len(prompt.split()),
+        "completion_tokens": words,
+        "cached_tokens": 0,
+        "weight_version": "default",
+        "e2e_latency": 0.0,
+    }
+    return {"text": answer, "output_ids": list(range(words)), "meta_info": meta}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +35,19 @@ class StreamsWorker:
             time.sleep(0.2)
 
 
-def start_streams(bootstrap: str, prefix: str, work_dir: Path) -> StreamsWorker:
+def start_streams(
+    bootstrap: str, prefix: str, work_dir: Path, env: Mapping[str, str] | None = None
+) -> StreamsWorker:
     """``reef streams`` on Kafka under ``prefix``, in its own working directory."""
     flags = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
-    return start_streams_with(flags, work_dir)
+    return start_streams_with(flags, work_dir, env)
 
 
-def start_streams_with(log_flags: list[str], work_dir: Path) -> StreamsWorker:
-    """``reef streams <log flags>`` in its own working directory (its data dir is there)."""
+def start_streams_with(
+    log_flags: list[str], work_dir: Path, env: Mapping[str, str] | None = None
+) -> StreamsWorker:
+    """``reef streams <log flags>`` in its own working directory (its data dir is there);
+    ``env`` adds settings (which processors it hosts)."""
     argv = [reef_executable(), "streams", *log_flags]
     work_dir.mkdir(parents=True, exist_ok=True)
     out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
@@ -51,7 +57,7 @@ def start_streams_with(log_flags: list[str], work_dir: Path) -> StreamsWorker:
             stdout=stdout,
             stderr=stderr,
             stdin=subprocess.DEVNULL,
-            env=clean_env(WORKER_ENV),
+            env=clean_env({**WORKER_ENV, **(env or {})}),
             cwd=work_dir,
         )
     return StreamsWorker(ManagedProcess(argv, process, out, err))

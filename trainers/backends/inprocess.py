@@ -2,7 +2,8 @@
 
 Importing this module loads no training library: each method imports
 :mod:`trainers.backends.torch_backend` (:mod:`trainers.backends.lora` for LoRA,
-:mod:`trainers.backends.sao` for ``sao``) when it is first called, so building a recipe
+:mod:`trainers.backends.sao` for ``sao``, :mod:`trainers.backends.openclaw_rl` for
+``openclaw_rl``) when it is first called, so building a recipe
 (``reef serve`` at start-up) stays torch-free.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from recipes.openclaw_rl.training import JudgedTurn, OpenClawTraining
     from recipes.sao.training import SaoTraining, Step
     from recipes.training import Conversation, Example, GrpoTraining, Rollout, SftTraining
 
@@ -47,6 +49,17 @@ class InProcessBackend:
         from trainers.backends.sao import train_sao
 
         return train_sao(parent, steps, out_dir, options)
+
+    def train_openclaw_rl(
+        self,
+        parent: Path | None,
+        turns: Sequence[JudgedTurn],
+        out_dir: Path,
+        options: OpenClawTraining,
+    ) -> dict[str, float]:
+        from trainers.backends.openclaw_rl import train_openclaw_rl
+
+        return train_openclaw_rl(parent, turns, out_dir, options)
 
     def generate_greedy(
         self,

@@ -1,0 +1,320 @@
+"""``openclaw_rl`` end to end on both logs: no report at all, and the served held-out
+score rises from what a scripted user says next.
+
+Embedded: one ``reef serve`` with no upstream (the local tiny engine hot-loading the
+scenario's releases, the ``openclaw_rl`` trainer in-process) with sessions tracked, the
+judge on (hints too) and the top-K record on. Kafka: the same ``reef serve --log kafka``
+(API, engine), ``reef streams`` hosting the sessions and feedback processors beside the
+join, ``reef judge`` and ``reef trainer``, on a topic prefix of their own. The judge
+model is the scripted judge stand-in (reef/testing/judge_upstream.py: a next state with
+"thanks" votes +1, one with "no," votes -1 and gets the hint "The user said: <next
+state>").
+
+The task is "First letter of: <word>" (:data:`tests.support.learning_loop.FIRST_LETTER`)
+from the copy warm start (it answers with a garbled copy of the word). Every round a
+scripted user opens one tagged session per training word: the served model answers at
+temperature 1; when the user accepts the answer (:func:`accepts`) it says "thanks" and
+asks the next task, otherwise it corrects ("no, ..."). That second message completes the
+first turn, which the judge scores; the judgement becomes a report (reef.core.feedback),
+the join a sample, and ``batch_size`` of them a candidate (gate ``always``). The second
+turn is the session's last: it never gets a next state, and expires. Some sessions also
+resend their first request (a client retry) and make a side call: neither may ever train.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reef.core.events import Event, SampleJoined, SessionExpired
+from reef.core.topics import SAMPLES, TURNS
+from reef.log.kafka import delete_prefixed_topics
+from reef.testing.servers import (
+    UpstreamProcess,
+    clean_env,
+    reef_executable,
+    run_reef,
+    running_upstream,
+    spawn,
+)
+from reef.wiring import readable_store
+from tests.support.api import unique_scenario
+from tests.support.learning import KafkaLearningLog, kafka_flags, learning_deployment
+from tests.support.learning_loop import FIRST_LETTER, TOKEN, TRAIN, Loop, engine_env
+from tests.support.streams import start_streams
+
+pytestmark = pytest.mark.slow
+
+SESSIONS = 128  # per round: one batch, one candidate, one release
+ROUNDS = 6
+TARGET = 0.2  # the last release's held-out score must exceed it (see the test's doc)
+TTL_S = 10  # session idle time (event time) after which a session ends
+RETRIED = 8  # sessions per round that also resend turn 1 and make a side call
+TRAINING = "  training: {learning_rate: 0.0008, epochs: 2, minibatch: 16, distill_coef: 0.05}\n"
+
+
+@dataclass
+class Receipts:
+    """What the scripted user saw, by kind of request."""
+
+    judged: set[str] = field(default_factory=set)  # first turns: completed by the reply
+    last: set[str] = field(default_factory=set)  # the replies' own turns: never completed
+    retries: set[str] = field(default_factory=set)
+    side: set[str] = field(default_factory=set)
+    right: int = 0
+
+
+@pytest.fixture
+def judge(tmp_path: Path) -> Iterator[UpstreamProcess]:
+    with running_upstream(tmp_path / "judge", "reef.testing.judge_upstream") as up:
+        yield up
+
+
+def deployment_env(
+    scenario: str, config: Path, warm: Path, judge: UpstreamProcess
+) -> dict[str, str]:
+    return engine_env(scenario, "openclaw_rl", config) | {
+        "REEF_RECORD_TOKENS": "true",
+        "REEF_RECORD_TOP_LOGPROBS": "4",
+        "REEF_SEED_DIR": str(warm),
+        "REEF_TRACK_SESSIONS": "true",
+        "REEF_FINGERPRINT_SECRET": "e2e-openclaw-secret",
+        "REEF_SESSION_TTL_S": str(TTL_S),
+        "REEF_JUDGE_TURNS": "true",
+        "REEF_JUDGE_HINTS": "true",
+        "REEF_JUDGE_URL": judge.v1_url,
+        "REEF_JUDGE_TIMEOUT_S": "30",
+    }
+
+
+@contextlib.contextmanager
+def kafka_world(bootstrap: str, work: Path, env: dict[str, str]) -> Iterator[KafkaLearningLog]:
+    """Topics under a fresh prefix, ``reef streams`` hosting the sessions and feedback
+    processors, and ``reef judge``: the parts ``reef serve`` does in-process when embedded."""
+    prefix = f"t-openclaw-{uuid.uuid4().hex[:10]}-"
+    flags = kafka_flags(bootstrap, prefix)
+    created = run_reef("topics", "create", *flags)
+    assert created.returncode == 0, created.stderr
+    streams_env = {
+        "REEF_TRACK_SESSIONS": "true",
+        "REEF_JUDGE_TURNS": "true",
+        "REEF_SESSION_TTL_S": str(TTL_S),
+    }
+    worker = start_streams(bootstrap, prefix, work / "streams", streams_env)
+    judge = spawn(
+        [reef_executable(), "judge", *flags],
+        env=clean_env(env),
+        log_dir=work / "logs",
+        name="judge",
+    )
+    try:
+        yield KafkaLearningLog(bootstrap, prefix, worker)
+    finally:
+        judge.stop()
+        worker.managed.stop(timeout=20)
+        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+
+
+@pytest.fixture(params=["embedded", "kafka"])
+def openclaw_loop(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    copy_warm_start_dir: Path,
+    judge: UpstreamProcess,
+) -> Iterator[Loop]:
+    scenario = unique_scenario("openclaw")
+    config = tmp_path / "openclaw.yaml"
+    config.write_text(f"recipe:\n  batching: {{batch_size: {SESSIONS}}}\n{TRAINING}")
+    env = deployment_env(scenario, config, copy_warm_start_dir, judge)
+    with contextlib.ExitStack() as stack:
+        log = None
+        if request.param == "kafka":
+            bootstrap = request.getfixturevalue("kafka_bootstrap")
+            log = stack.enter_context(kafka_world(bootstrap, tmp_path, env))
+        deployment = stack.enter_context(
+            learning_deployment(
+                request.param,
+                tmp_path,
+                env,
+                token=TOKEN,
+                group="trainer:openclaw_rl",
+                kafka_log=log,
+            )
+        )
+        yield Loop(deployment, scenario, FIRST_LETTER)
+
+
+def test_judged_turns_without_reports_raise_the_served_score_across_releases(
+    openclaw_loop: Loop,
+) -> None:
+    """Six rounds of 128 sessions, six committed releases (gate ``always``): the served
+    held-out score must end above TARGET (0.2) and 0.1 above the warm start's. Measured
+    (2 shared cores, load 7-19): 0.096 (the warm start) -> 0.081 -> 0.162 -> 0.220 ->
+    0.148 -> 0.206 -> 0.306, the same on both logs in every run since the candidate no
+    longer depends on the order the judge finished the turns in (the engine samples with
+    a seed per request); about 70 s for the rounds on the embedded log. It is a slow,
+    noisy learner here: the raw ±1 reward has no baseline. Measured before (4 rounds,
+    arrival-ordered minibatches): final scores 0.306, 0.563, 0.239, 0.285 (Kafka) and
+    0.199; at learning rate 5e-4 with no distillation 0.224 after 6 rounds (flat at
+    0.10-0.12 before); with a strict user (only the right letter is accepted: 1 first
+    answer in 288 was) or at learning rate 1e-3 the score fell to 0, and with
+    ``distill_coef`` 1 too: the tiny model given the hint is no better teacher (it
+    answers "" or "g" to "...Hint: Return exactly: k"), so the distillation is kept
+    small here, exercised rather than relied on."""
+    loop = openclaw_loop
+    rng = random.Random(5)
+    seen = Receipts()
+    loop.ask_all(["kato"])  # creates the scenario (the warm start serves)
+    history = [loop.measure()[:2]]
+    for _ in range(ROUNDS):
+        user_round(loop, rng, seen)
+        asked = time.monotonic()
+        loop.reports += SESSIONS  # the reports the judge's decisions stand for
+        loop.trainer_done()
+        history.append(loop.measure()[:2])
+    time.sleep(max(0.0, TTL_S + 1 - (time.monotonic() - asked)))
+    loop.ask_all(["kato"])  # an exchange past the TTL: the last round's sessions end
+    print(f"openclaw_rl served held-out score per release: {history}", flush=True)
+    print(f"openclaw_rl right first answers: {seen.right} of {SESSIONS * ROUNDS}", flush=True)
+    assert len({release for release, _ in history}) == ROUNDS + 1, history
+    assert history[0][1] < 0.2, history
+    assert history[-1][1] > max(TARGET, history[0][1] + 0.1), history
+    assert_only_judged_first_turns_trained(loop, seen)
+
+
+def user_round(loop: Loop, rng: random.Random, seen: Receipts) -> None:
+    words = rng.sample(TRAIN, SESSIONS)
+    seeds = [rng.randrange(2**31) for _ in words]
+    with loop.client() as client, ThreadPoolExecutor(4) as pool:
+        done = list(
+            pool.map(
+                lambda i: session(client, loop, words[i], seeds[i], retried=i < RETRIED),
+                range(SESSIONS),
+            )
+        )
+    for found in done:
+        seen.judged.add(found["first"])
+        seen.last.add(found["reply"])
+        seen.right += found["right"]
+        seen.retries.update(found["retries"])
+        seen.side.update(found["side"])
+
+
+def session(
+    client: httpx.Client, loop: Loop, word: str, seed: int, *, retried: bool
+) -> dict[str, Any]:
+    """One scripted user's session: the task, the model's answer, what the user says."""
+    tag = {"x-reef-tag-session": uuid.uuid4().hex}
+    messages = [{"role": "user", "content": loop.task.prompt(word)}]
+    first = chat(client, messages, tag, temperature=1.0, seed=seed)
+    retries, side = [], []
+    if retried:  # the client resends the same request (a retry), then a side call
+        retries.append(chat(client, messages, tag, temperature=1.0, seed=seed)["receipt"])
+        side_tag = tag | {"x-reef-tag-turn-type": "side"}
+        title = [{"role": "user", "content": f"Title for: {word}"}]
+        side.append(chat(client, title, side_tag, temperature=0.0)["receipt"])
+    right = accepts(first["answer"], word)
+    if right:
+        reply = f"thanks! {loop.task.prompt(next_word(word))}"
+    else:
+        reply = f"no, the first letter of {word} is {word[0]}"
+    following = [
+        *messages,
+        {"role": "assistant", "content": first["answer"]},
+        {"role": "user", "content": reply},
+    ]
+    second = chat(client, following, tag, temperature=0.0)
+    return {
+        "first": first["receipt"],
+        "reply": second["receipt"],
+        "right": int(right),
+        "retries": retries,
+        "side": side,
+    }
+
+
+def accepts(answer: str, word: str) -> bool:
+    """The scripted user is lenient: an answer that starts with the right letter and is
+    shorter than the word moves the task on (the held-out score stays the strict grader's)."""
+    said = answer.strip().lower()
+    return said.startswith(word[0]) and len(said) < len(word)
+
+
+def next_word(word: str) -> str:
+    return TRAIN[(TRAIN.index(word) + 1) % len(TRAIN)]
+
+
+def chat(
+    client: httpx.Client, messages: list[dict[str, str]], headers: dict[str, str], **sampling: Any
+) -> dict[str, str]:
+    body = {"model": "tiny", "messages": messages, "max_tokens": 10, **sampling}
+    response = client.post("/v1/chat/completions", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return {
+        "answer": response.json()["choices"][0]["message"]["content"] or "",
+        "receipt": response.headers["x-reef-agent-record-id"],
+    }
+
+
+def events(loop: Loop, topic: str) -> list[Event]:
+    async def read() -> list[Event]:
+        log = loop.deployment.open_log()
+        await log.start()
+        try:
+            async with readable_store(log) as store:
+                return [
+                    s.event
+                    async for s in store.read(topic, scenario=loop.scenario)
+                    if s.event is not None
+                ]
+        finally:
+            await log.close()
+
+    return asyncio.run(read())
+
+
+def expired_sessions(loop: Loop, count: int) -> set[str]:
+    """The last receipts of the expired sessions, once ``count`` expired (or after 15 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        found = {e.last_receipt_id for e in events(loop, TURNS) if isinstance(e, SessionExpired)}
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def assert_only_judged_first_turns_trained(loop: Loop, seen: Receipts) -> None:
+    """Every sample is a judged first turn (one per session, nothing else); retries,
+    side calls and the sessions' last turns never train; those last turns expired."""
+    samples = [e for e in events(loop, SAMPLES) if isinstance(e, SampleJoined)]
+    trained = [r for s in samples for r in s.references]
+    assert len(trained) == len(set(trained)) == SESSIONS * ROUNDS, len(trained)
+    assert set(trained) == seen.judged
+    assert all(json.loads(s.metadata_json)["source"] == "judge" for s in samples)
+    assert expired_sessions(loop, len(seen.last)) == seen.last
+    assert not (set(trained) & (seen.last | seen.retries | seen.side))
+    trainer = loop.deployment.wait_trainer_status()
+    assert trainer.get("error") is None, trainer
+    assert not trainer["samples_skipped"], trainer
+    if "steps" not in trainer:  # reef trainer on Kafka logs counters, not its steps
+        assert trainer["candidates"] == {"accepted": ROUNDS, "rejected": 0, "failed": 0}, trainer
+        return
+    steps = [s for s in trainer["steps"] if "training" in s]
+    print("openclaw_rl steps: " + json.dumps([s["training"] for s in steps]), flush=True)
+    assert [s["outcome"] for s in steps] == ["committed"] * ROUNDS, steps
+    for step in steps:
+        assert step["training"]["turns"] == SESSIONS, step
+        assert abs(step["training"]["ratio_first"] - 1.0) < 1e-3, step
+    assert sum(s["training"]["distilled_turns"] for s in steps) > 0, steps
