@@ -15,6 +15,9 @@
   its workload, shared by the operations modules (audit, export).
 * ``copy_warm_start_dir`` (session): the warm-started tiny model the grpo and sao learning
   tests start their scenarios from (tests/support/learning_loop.copy_warm_start), built once.
+* ``learning_log`` (module): on Kafka, one topic prefix and ``reef streams`` worker shared
+  by the module's learning deployments (tests/support/learning.KafkaLearningLog); None on
+  the embedded log.
 
 The Kafka topics are shared by every test and every run, so a :class:`ReefServer` reads
 the log only from the end offsets it saw before it started, and tests use unique
@@ -36,6 +39,7 @@ from reef.testing.servers import (
 )
 from tests.support.deployment import Deployment
 from tests.support.harness_install import SEED, write_tree
+from tests.support.learning import KafkaLearningLog, kafka_learning_log
 from tests.support.learning_loop import copy_warm_start
 from tests.support.operations import History, embedded_deployment, run_workload
 from tests.support.reef_server import (  # noqa: F401  (fixtures, found by pytest here)
@@ -118,6 +122,21 @@ def reef_server(reef_factory: ReefFactory, reef_options: dict[str, Any]) -> Reef
 def copy_warm_start_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The warm-started creation weights, built once per run (read only by the servers)."""
     return copy_warm_start(tmp_path_factory.mktemp("copy-warm-start"))
+
+
+@pytest.fixture(scope="module")
+def learning_log(
+    request: pytest.FixtureRequest, log_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaLearningLog | None]:
+    """On Kafka, the topics and ``reef streams`` worker of the module's learning tests: their
+    deployments differ only in scenario, recipe and trainer group, and each starts its own
+    ``reef serve`` and ``reef trainer`` on it. None on the embedded log."""
+    if log_kind != "kafka":
+        yield None
+        return
+    bootstrap: str = request.getfixturevalue("kafka_bootstrap")
+    with kafka_learning_log(bootstrap, tmp_path_factory.mktemp("learning-kafka")) as shared:
+        yield shared
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,10 @@ Two deployments run the same test (``log_kind``):
 * ``embedded``: one ``reef serve`` with no upstream (the local tiny engine, its sidecar
   following ``REEF_ENGINE_SCENARIO``) and the recipe's trainer in-process (its progress
   in GET /reef/status);
-* ``kafka``: ``reef serve --log kafka`` (API, engine, sidecar) on a topic prefix of its
-  own, a ``reef streams`` worker and a separate ``reef trainer --log kafka`` process
-  (tests/support/learning.py).
+* ``kafka``: ``reef serve --log kafka`` (API, engine, sidecar) and a separate
+  ``reef trainer --log kafka`` process per test, on a topic prefix and a ``reef streams``
+  worker that the module's two tests share (``learning_log``; each its own scenario and
+  trainer group; tests/support/learning.py).
 
 The toy tasks are on pseudo-words of 3 to 6 letters, graded by :func:`recipes.tasks.exact`
 (1.0 for the answer, else partial credit by position): "Return exactly: <word>" → the
@@ -37,7 +38,7 @@ import pytest
 import torch  # noqa: F401  (installed by the bootstrap: a missing torch fails here)
 
 from tests.support.api import unique_scenario
-from tests.support.learning import learning_deployment
+from tests.support.learning import KafkaLearningLog, learning_deployment
 from tests.support.learning_loop import (
     FIRST_LETTER,
     MAX_ROUNDS,
@@ -58,7 +59,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def sft_loop(request: pytest.FixtureRequest, log_kind: str, tmp_path: Path) -> Iterator[Loop]:
+def sft_loop(
+    log_kind: str, learning_log: KafkaLearningLog | None, tmp_path: Path
+) -> Iterator[Loop]:
     scenario = unique_scenario("learn")
     config = write_recipe(
         tmp_path,
@@ -66,14 +69,13 @@ def sft_loop(request: pytest.FixtureRequest, log_kind: str, tmp_path: Path) -> I
         f"  batching: {{batch_size: {TRAIN_BATCH}}}\n"
         "  training: {steps: 30, learning_rate: 0.003}\n",
     )
-    bootstrap = request.getfixturevalue("kafka_bootstrap") if log_kind == "kafka" else None
     with learning_deployment(
         log_kind,
         tmp_path,
         engine_env(scenario, "sft", config),
         token=TOKEN,
         group="trainer:sft",
-        kafka_bootstrap=bootstrap,
+        kafka_log=learning_log,
     ) as deployment:
         yield Loop(deployment, scenario)
 
@@ -111,7 +113,10 @@ GRPO_MAX_ROUNDS = 14  # above 0.7 after 5-8 rounds in 7 seeded runs (see the tes
 
 @pytest.fixture
 def grpo_loop(
-    request: pytest.FixtureRequest, log_kind: str, tmp_path: Path, copy_warm_start_dir: Path
+    log_kind: str,
+    learning_log: KafkaLearningLog | None,
+    tmp_path: Path,
+    copy_warm_start_dir: Path,
 ) -> Iterator[Loop]:
     scenario = unique_scenario("grpo")
     config = write_recipe(
@@ -123,9 +128,8 @@ def grpo_loop(
     )
     env = engine_env(scenario, "grpo", config)
     env["REEF_SEED_DIR"] = str(copy_warm_start_dir)
-    bootstrap = request.getfixturevalue("kafka_bootstrap") if log_kind == "kafka" else None
     with learning_deployment(
-        log_kind, tmp_path, env, token=TOKEN, group="trainer:grpo", kafka_bootstrap=bootstrap
+        log_kind, tmp_path, env, token=TOKEN, group="trainer:grpo", kafka_log=learning_log
     ) as deployment:
         yield Loop(deployment, scenario, FIRST_LETTER)
 
@@ -175,7 +179,8 @@ def grpo_round(loop: Loop, rng: random.Random, tag: str, *, inverted: bool = Fal
                 zip(asked, seeds, strict=True),
             )
         )
-    loop.post_reports(grpo_reports(loop.task, results, asked, tag, inverted=inverted))
+    reports = grpo_reports(loop.task, results, asked, tag, inverted=inverted)
+    loop.post_reports(reports, concurrent=True)
 
 
 def assert_trained_from_recorded_tokens(loop: Loop) -> None:

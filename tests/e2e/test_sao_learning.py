@@ -94,7 +94,7 @@ def sao_round(loop: Loop, rng: random.Random) -> None:
         {"score": loop.task.score(answer, word), "references": [receipt]}
         for (answer, receipt, _), word in zip(results, words, strict=True)
     ]
-    loop.post_reports(bodies)
+    loop.post_reports(bodies, concurrent=True)
 
 
 def assert_trained_on_engine_logprobs(loop: Loop) -> None:

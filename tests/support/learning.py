@@ -2,10 +2,11 @@
 
 * ``embedded``: one ``reef serve`` (local tiny engine, its sidecar, the in-process
   trainer; the processors in its child process).
-* ``kafka``: the same ``reef serve --log kafka`` (API, local engine, sidecar) on a topic
-  prefix of its own, a ``reef streams`` worker (join, release chain) and a
+* ``kafka``: the same ``reef serve --log kafka`` (API, local engine, sidecar) and a
   ``reef trainer --log kafka`` process sharing ``reef serve``'s state dir (the local
-  artifact store). The topics are deleted at the end.
+  artifact store), on a topic prefix with a ``reef streams`` worker (join, release
+  chain): their own, deleted at the end, or a :class:`KafkaLearningLog` that several
+  deployments share (each on scenarios of its own).
 
 What a test needs from either: the API (:attr:`LearningDeployment.base_url`), whether
 the trainer group's committed offsets reached the end of ``reef.samples`` (it commits
@@ -39,6 +40,7 @@ from reef.testing.servers import (
     spawn,
     start_reef,
 )
+from tests.support.streams import StreamsWorker, start_streams
 
 #: the fake recipe (tests/support/fake_recipe.py) as a trainer names it
 RECIPE = "tests.support.fake_recipe:FakeRecipe"
@@ -83,10 +85,13 @@ class LearningDeployment:
             if part is not None:
                 assert part.running(), part.output()
 
-    def trainer_caught_up(self, min_samples: int = 1) -> bool:
+    def trainer_caught_up(self, min_samples: int = 1, scenario: str | None = None) -> bool:
         """The group's committed offsets are past the last record of ``reef.samples``
         (and there are ``min_samples``): every sample was decided (trained, gated, or skipped). On
-        Kafka the end offset also counts transaction markers after the last record."""
+        Kafka the end offset also counts transaction markers after the last record.
+        ``scenario``: only its samples count (records are keyed by scenario), for a log
+        shared with other scenarios' deployments."""
+        key = scenario.encode() if scenario is not None else None
 
         async def check() -> bool:
             log = self.open_log()
@@ -94,6 +99,8 @@ class LearningDeployment:
                 last: dict[int, int] = {}
                 records = []
                 async for record in log.read(SAMPLES):
+                    if key is not None and record.key != key:
+                        continue
                     last[record.partition] = record.offset + 1
                     records.append(record)
                 done = await log.committed(self.group, SAMPLES)
@@ -104,13 +111,15 @@ class LearningDeployment:
         result: bool = asyncio.run(check())
         return result
 
-    def wait_trainer_done(self, min_samples: int = 1, timeout: float = 180.0) -> None:
-        """Wait for ``min_samples`` joined samples (the join is asynchronous) and for the
-        trainer to have decided all of them."""
+    def wait_trainer_done(
+        self, min_samples: int = 1, timeout: float = 180.0, scenario: str | None = None
+    ) -> None:
+        """Wait for ``min_samples`` joined samples (of ``scenario``, if given: the join is
+        asynchronous) and for the trainer to have decided all of them."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.alive()
-            if self.trainer_caught_up(min_samples):
+            if self.trainer_caught_up(min_samples, scenario):
                 return
             time.sleep(0.5)
         raise AssertionError(
@@ -176,6 +185,33 @@ def start_trainer(
     return spawn(argv, env=clean_env(env), log_dir=log_dir, name=name)
 
 
+@dataclass(frozen=True)
+class KafkaLearningLog:
+    """A topic prefix holding Reef's topics and a ``reef streams`` worker on it: what
+    learning deployments that differ only in scenario and recipe can share (each keeps its
+    own ``reef serve``, whose engine follows one scenario, and its own trainer)."""
+
+    bootstrap: str
+    prefix: str
+    streams: StreamsWorker
+
+
+@contextlib.contextmanager
+def kafka_learning_log(bootstrap: str, work: Path) -> Iterator[KafkaLearningLog]:
+    """Create the topics under a fresh prefix and start ``reef streams`` on them (not
+    waited on: a deployment waits for it after starting ``reef serve``); at the end stop
+    the worker and delete the topics."""
+    prefix = f"t-learn-{uuid.uuid4().hex[:10]}-"
+    created = run_reef("topics", "create", *kafka_flags(bootstrap, prefix))
+    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+    worker = start_streams(bootstrap, prefix, work / "streams")
+    try:
+        yield KafkaLearningLog(bootstrap, prefix, worker)
+    finally:
+        worker.managed.stop(timeout=20)
+        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+
+
 @contextlib.contextmanager
 def learning_deployment(
     kind: str,
@@ -185,11 +221,14 @@ def learning_deployment(
     token: str,
     group: str,
     kafka_bootstrap: str | None = None,
+    kafka_log: KafkaLearningLog | None = None,
     reef_args: tuple[str, ...] = (),
     with_trainer: bool = True,
 ) -> Iterator[LearningDeployment]:
     """Start the deployment of ``kind`` (``env`` configures reef serve and the trainer).
 
+    On Kafka it runs on ``kafka_log`` when given (shared: the caller owns it), else on
+    topics and a ``reef streams`` worker of its own (from ``kafka_bootstrap``).
     ``with_trainer=False``: no ``reef trainer`` process on Kafka (a test starts its own
     with :func:`start_trainer`; on the embedded log ``env`` decides the in-process one)."""
     state = work / "state"
@@ -203,40 +242,35 @@ def learning_deployment(
             served.stop()
         return
 
-    from tests.support.streams import start_streams
-
-    assert kafka_bootstrap is not None
-    prefix = f"t-learn-{uuid.uuid4().hex[:10]}-"
-    flags = kafka_flags(kafka_bootstrap, prefix)
-    created = run_reef("topics", "create", *flags)
-    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(kafka_bootstrap, prefix, work / "streams")
-    reef: ReefProcess | None = None
-    trainer: ManagedProcess | None = None
-    try:
-        reef = start_reef(
-            [*flags, *reef_args], env=env, state_dir=state, timeout=240.0, name="reef-learning"
-        )
-        worker.wait_ready()
-        if with_trainer:
-            trainer = start_trainer(flags, state, env, work / "logs", "trainer")
-        yield LearningDeployment(
-            kind,
-            reef,
-            token,
-            group,
-            kafka_bootstrap=kafka_bootstrap,
-            topic_prefix=prefix,
-            trainer=trainer,
-            streams=worker.managed,
-        )
-    finally:
-        if trainer is not None:
-            trainer.stop()
-        if reef is not None:
-            reef.stop()
-        worker.managed.stop(timeout=20)
-        asyncio.run(delete_prefixed_topics(kafka_bootstrap, prefix))
+    with contextlib.ExitStack() as owned:
+        if kafka_log is None:
+            assert kafka_bootstrap is not None
+            kafka_log = owned.enter_context(kafka_learning_log(kafka_bootstrap, work))
+        flags = kafka_flags(kafka_log.bootstrap, kafka_log.prefix)
+        reef: ReefProcess | None = None
+        trainer: ManagedProcess | None = None
+        try:
+            reef = start_reef(
+                [*flags, *reef_args], env=env, state_dir=state, timeout=240.0, name="reef-learning"
+            )
+            kafka_log.streams.wait_ready()
+            if with_trainer:
+                trainer = start_trainer(flags, state, env, work / "logs", "trainer")
+            yield LearningDeployment(
+                kind,
+                reef,
+                token,
+                group,
+                kafka_bootstrap=kafka_log.bootstrap,
+                topic_prefix=kafka_log.prefix,
+                trainer=trainer,
+                streams=kafka_log.streams.managed,
+            )
+        finally:
+            if trainer is not None:
+                trainer.stop()
+            if reef is not None:
+                reef.stop()
 
 
 def record_corrections(
