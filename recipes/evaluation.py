@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipes.base import RecipeConfig
 from recipes.errors import EvaluationError
 from recipes.gates import Evaluation
 from recipes.tasks import TaskSet
@@ -50,3 +51,14 @@ def evaluate_tasks(
         {"mean_score": mean, "exact_rate": exact, "tasks": float(len(tasks))},
         details,
     )
+
+
+def check_scored_alone(config: RecipeConfig, evaluation: TaskSet, trains: str) -> None:
+    """The configuration rules of a recipe whose every sample is scored alone (``sao``,
+    ``openclaw_rl``; ``trains`` says what it trains, for the message): no groups, and a
+    gate other than ``always`` has held-out tasks to score the candidates on. Raises
+    ValueError, as a pydantic validator does."""
+    if config.batching.group_by is not None or config.batching.group_size != 1:
+        raise ValueError(f"{trains}: leave batching.group_by and group_size")
+    if config.gate.policy != "always" and not (evaluation.tasks or evaluation.tasks_file):
+        raise ValueError(f"gate.policy {config.gate.policy!r} needs evaluation tasks")

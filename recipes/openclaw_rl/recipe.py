@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 
 from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig
 from recipes.errors import RecipeConfigError, RecipeError, RolloutError
-from recipes.evaluation import evaluate_tasks
+from recipes.evaluation import check_scored_alone, evaluate_tasks
 from recipes.openclaw_rl.training import JudgedTurn, OpenClawBackend, OpenClawTraining
 from recipes.openclaw_rl.turns import judged_turn
 from recipes.samples import Sample
@@ -69,12 +69,7 @@ class OpenClawRLConfig(RecipeConfig):
 
     @model_validator(mode="after")
     def _single_turns(self) -> OpenClawRLConfig:
-        if self.batching.group_by is not None or self.batching.group_size != 1:
-            raise ValueError("openclaw_rl trains single judged turns: leave batching.group_by")
-        if self.gate.policy != "always" and not (
-            self.evaluation.tasks or self.evaluation.tasks_file
-        ):
-            raise ValueError(f"gate.policy {self.gate.policy!r} needs evaluation tasks")
+        check_scored_alone(self, self.evaluation, "openclaw_rl trains single judged turns")
         return self
 
 

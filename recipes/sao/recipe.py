@@ -44,7 +44,7 @@ from pydantic import Field, model_validator
 
 from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig
 from recipes.errors import RecipeConfigError, RecipeError, RolloutError
-from recipes.evaluation import evaluate_tasks
+from recipes.evaluation import check_scored_alone, evaluate_tasks
 from recipes.samples import Sample
 from recipes.sao.rollouts import distinct_prompt_steps, rollout_of
 from recipes.sao.training import SaoBackend, SaoTraining
@@ -65,12 +65,7 @@ class SAOConfig(RecipeConfig):
 
     @model_validator(mode="after")
     def _single_rollouts(self) -> SAOConfig:
-        if self.batching.group_by is not None or self.batching.group_size != 1:
-            raise ValueError("sao trains single rollouts: leave batching.group_by and group_size")
-        if self.gate.policy != "always" and not (
-            self.evaluation.tasks or self.evaluation.tasks_file
-        ):
-            raise ValueError(f"gate.policy {self.gate.policy!r} needs evaluation tasks")
+        check_scored_alone(self, self.evaluation, "sao trains single rollouts")
         return self
 
 
