@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 
 from reef.core.events import Event, InferenceRecorded, TurnCompleted, TurnJudged
 from reef.core.ids import derived_id
+from reef.core.topics import LOG_TOPICS
+from reef.crypto.rings import open_keyring
+from reef.log.embedded import EmbeddedLog
+from reef.services.eventstore import EventStore
 from reef.testing.events import chat_request, chat_response, inference, receipt
 
 
@@ -55,3 +62,18 @@ def judgements(events: list[Event]) -> list[TurnJudged]:
 
 def exchanges_of(events: list[Event]) -> list[InferenceRecorded]:
     return [e for e in events if isinstance(e, InferenceRecorded)]
+
+
+@contextlib.asynccontextmanager
+async def judged_store(work: Path) -> AsyncIterator[EventStore]:
+    """A real embedded log with every topic and its key ring, as the judge reads it."""
+    log = EmbeddedLog(work / "log.sqlite3", partitions=2)
+    await log.start()
+    await log.ensure_topics(list(LOG_TOPICS))
+    ring = open_keyring(log)
+    await ring.start()
+    try:
+        yield EventStore(log, keys=ring)
+    finally:
+        await ring.close()
+        await log.close()

@@ -21,10 +21,7 @@ import pytest
 from reef.core import topics
 from reef.core.errors import ConfigError
 from reef.core.events import TurnCompleted, TurnJudged
-from reef.core.topics import LOG_TOPICS
-from reef.crypto.rings import open_keyring
 from reef.engine.protocol import GenerateReqInput
-from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.judge import Judge, judge_config
 from reef.services.judge_client import (
@@ -36,7 +33,7 @@ from reef.services.judge_client import (
 )
 from reef.settings import load_settings
 from reef.testing.servers import UpstreamProcess, running_upstream
-from tests.support.judging import session
+from tests.support.judging import judged_store, session
 
 AT = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIO = "judged-generate"
@@ -205,16 +202,8 @@ def judge_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamPr
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    log = EmbeddedLog(tmp_path / "log.sqlite3", partitions=2)
-    await log.start()
-    await log.ensure_topics(list(LOG_TOPICS))
-    ring = open_keyring(log)
-    await ring.start()
-    try:
-        yield EventStore(log, keys=ring)
-    finally:
-        await ring.close()
-        await log.close()
+    async with judged_store(tmp_path) as opened:
+        yield opened
 
 
 async def judge_all(store: EventStore, worker: Judge, next_texts: list[str]) -> dict[str, Any]:

@@ -17,14 +17,11 @@ import pytest
 
 from reef.core import topics
 from reef.core.events import Event, TurnCompleted, TurnJudged
-from reef.core.topics import LOG_TOPICS
-from reef.crypto.rings import open_keyring
-from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.judge import Judge, first_judgements, judgement_id
 from reef.services.judge_client import JudgeClient, JudgeConfig
 from reef.testing.judge_upstream import evaluative_answer, hint_answer, next_state
-from tests.support.judging import session
+from tests.support.judging import judged_store, session
 
 AT = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SCENARIO = "judged"
@@ -43,16 +40,8 @@ def scripted_judge(request: httpx.Request) -> httpx.Response:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    log = EmbeddedLog(tmp_path / "log.sqlite3", partitions=2)
-    await log.start()
-    await log.ensure_topics(list(LOG_TOPICS))
-    ring = open_keyring(log)
-    await ring.start()
-    try:
-        yield EventStore(log, keys=ring)
-    finally:
-        await ring.close()
-        await log.close()
+    async with judged_store(tmp_path) as opened:
+        yield opened
 
 
 def judge(store: EventStore, *, hints: bool = False) -> Judge:
