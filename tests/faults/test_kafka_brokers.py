@@ -31,7 +31,7 @@ from reef.stack import kafka as stack_kafka
 from reef.stack import process as stack_process
 from reef.stack.paths import load_settings
 from reef.testing.load import SteadyLoad
-from reef.testing.servers import ReefProcess, UpstreamProcess, free_port, run_reef, start_reef
+from reef.testing.servers import ReefProcess, UpstreamProcess, free_port, run_reef
 from tests.support import consistency
 from tests.support.faults import (
     TOKEN,
@@ -41,7 +41,7 @@ from tests.support.faults import (
     create_scenarios,
     kafka_flags,
     kafka_log_factory,
-    reef_env,
+    serve_on_kafka,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -56,8 +56,7 @@ SLOW_S = 2.0
 def serve(
     bootstrap: str, prefix: str, upstream: UpstreamProcess, state_dir: Path, **env: str
 ) -> ReefProcess:
-    args = [*kafka_flags(bootstrap, prefix), "--upstream-url", upstream.v1_url]
-    return start_reef(args, env=reef_env(env), state_dir=state_dir, timeout=120.0, name="reef")
+    return serve_on_kafka(bootstrap, prefix, upstream, state_dir, env=env, timeout=120.0)
 
 
 async def _leaders(bootstrap: str, topic: str) -> dict[int, int]:

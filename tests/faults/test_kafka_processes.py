@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from reef.testing.load import SteadyLoad
-from reef.testing.servers import ReefProcess, UpstreamProcess, start_reef
+from reef.testing.servers import ReefProcess, UpstreamProcess
 from tests.support import consistency
 from tests.support.faults import (
     TOKEN,
@@ -29,27 +29,14 @@ from tests.support.faults import (
     FaultTable,
     StreamsWorker,
     create_scenarios,
-    kafka_flags,
     kafka_log_factory,
-    reef_env,
+    serve_on_kafka,
     sigkill,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 RATE = 10.0
-
-
-def serve_kafka(
-    bootstrap: str,
-    prefix: str,
-    upstream: UpstreamProcess,
-    state_dir: Path,
-    name: str,
-    port: int | None = None,
-) -> ReefProcess:
-    args = [*kafka_flags(bootstrap, prefix), "--upstream-url", upstream.v1_url]
-    return start_reef(args, env=reef_env(), state_dir=state_dir, port=port, timeout=90.0, name=name)
 
 
 def test_sigkill_of_an_api_replica(
@@ -67,7 +54,9 @@ def test_sigkill_of_an_api_replica(
     try:
         for name in ("a", "b"):
             replicas.append(
-                serve_kafka(kafka_bootstrap, prefix, upstream, tmp_path / name, f"replica-{name}")
+                serve_on_kafka(
+                    kafka_bootstrap, prefix, upstream, tmp_path / name, name=f"replica-{name}"
+                )
             )
         victim, survivor = replicas
         scenarios = create_scenarios(survivor.base_url, 2, "replica")
@@ -79,12 +68,12 @@ def test_sigkill_of_an_api_replica(
             load.wait_acks(30, since=fault_at)
             restarted_at = time.monotonic()
             replicas.append(
-                serve_kafka(
+                serve_on_kafka(
                     kafka_bootstrap,
                     prefix,
                     upstream,
                     victim.state_dir,
-                    "replica-a-again",
+                    name="replica-a-again",
                     port=victim.port,
                 )
             )
@@ -127,7 +116,7 @@ def test_sigkill_of_a_stream_worker(
     prefix = kafka_prefix(kafka_bootstrap)
     worker = streams_worker(kafka_bootstrap, prefix)
     worker.start()
-    reef = serve_kafka(kafka_bootstrap, prefix, upstream, tmp_path / "state", "reef")
+    reef = serve_on_kafka(kafka_bootstrap, prefix, upstream, tmp_path / "state")
     try:
         scenarios = create_scenarios(reef.base_url, 3, "streams")
         worker.wait_ready()

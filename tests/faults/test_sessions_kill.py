@@ -34,7 +34,7 @@ from reef.core.state import DictState
 from reef.services.eventstore import EventStore
 from reef.services.replay import ordered_events, state_digest
 from reef.settings import Settings
-from reef.testing.servers import ReefProcess, UpstreamProcess, start_reef
+from reef.testing.servers import ReefProcess, UpstreamProcess
 from streams.changelog import changelog_table, changelog_topic
 from tests.support.faults import (
     TOKEN,
@@ -42,9 +42,8 @@ from tests.support.faults import (
     FaultTable,
     StreamsWorker,
     create_scenarios,
-    kafka_flags,
     kafka_log_factory,
-    reef_env,
+    serve_on_kafka,
 )
 from tests.support.sessions import AgentSession, SessionLoad
 
@@ -57,9 +56,8 @@ SESSIONS_ENV = {"REEF_TRACK_SESSIONS": "true", "REEF_SESSION_TTL_S": f"{TTL_S:g}
 def serve_kafka(
     bootstrap: str, prefix: str, upstream: UpstreamProcess, state_dir: Path
 ) -> ReefProcess:
-    args = [*kafka_flags(bootstrap, prefix), "--upstream-url", upstream.v1_url]
-    env = reef_env({**SESSIONS_ENV, "REEF_FINGERPRINT_SECRET": "kill-test-secret"})
-    return start_reef(args, env=env, state_dir=state_dir, timeout=90.0, name="reef-sessions")
+    env = {**SESSIONS_ENV, "REEF_FINGERPRINT_SECRET": "kill-test-secret"}
+    return serve_on_kafka(bootstrap, prefix, upstream, state_dir, name="reef-sessions", env=env)
 
 
 async def committed_outcome(

@@ -26,8 +26,11 @@ from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
 from reef.testing.servers import (
     ManagedProcess,
+    ReefProcess,
+    UpstreamProcess,
     clean_env,
     reef_executable,
+    start_reef,
 )
 
 TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
@@ -214,6 +217,25 @@ def reef_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         "REEF_UPSTREAM_API_KEY": f"sk-upstream-{uuid.uuid4().hex[:8]}",
         **(extra or {}),
     }
+
+
+def serve_on_kafka(
+    bootstrap: str,
+    prefix: str,
+    upstream: UpstreamProcess,
+    state_dir: Path,
+    *,
+    name: str = "reef",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+) -> ReefProcess:
+    """``reef serve --log kafka`` on ``prefix`` in front of ``upstream`` (``env``: settings
+    beyond the token and the upstream key)."""
+    args = [*kafka_flags(bootstrap, prefix), "--upstream-url", upstream.v1_url]
+    return start_reef(
+        args, env=reef_env(env), state_dir=state_dir, port=port, timeout=timeout, name=name
+    )
 
 
 def create_scenarios(base_url: str, count: int, prefix: str = "fault") -> list[str]:
