@@ -66,7 +66,8 @@ from reef.hosts import READY_LINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reef.cli.demo import grade, words
+from recipes.tasks import exact as grade
+from reef.cli.demo_plans import words
 from reef.log.kafka import delete_prefixed_topics
 from reef.testing.servers import (
     REPO_ROOT,
