@@ -427,10 +427,13 @@ async def sample_loop(
     handle: Any,
     rows: list[dict[str, Any]],
 ) -> None:
-    last = 0.0
-    while not stop.is_set():
+    last, final = 0.0, False
+    while not final:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, last + every - load.now()))
+        # the load has ended once stop is set: this window, read after it, is the last and
+        # holds every outcome (a window read while the last requests finished would miss them)
+        final = stop.is_set()
         end = load.now()
         rss = await asyncio.to_thread(deployment.rss)
         status = await reef_status(load.client, deployment)
