@@ -1,4 +1,4 @@
-"""The weight recipes on the same work, in one run: ``sft``, ``grpo`` and ``sao``.
+"""The weight recipes on the same work, in one run: ``sft``, ``grpo``, ``sao``, ``openclaw_rl``.
 
 Each recipe gets its own ``reef serve`` (embedded log, the tiny engine, the trainer in
 process) driven by ``reef demo``'s loop (:mod:`reef.cli.demo_loop`): the same toy task
@@ -7,8 +7,12 @@ model after a short imitation warm-up on copying words: it answers with a garble
 of the word), the same words, gate tasks and seed. Each recipe is driven as its demo plan
 says (:data:`reef.cli.demo_plans.PLANS`): ``sft`` is sent the right answer as a
 correction; ``grpo`` scores alone, 8 sampled answers per prompt; ``sao`` one sampled
-answer per prompt, its score alone. Rounds run until the served model's held-out score
-passes the target, or the round or time limit.
+answer per prompt, its score alone; ``openclaw_rl`` no report at all: a scripted user
+replies to each sampled answer ("thanks!" or "no, ...") in its session and a *scripted
+stand-in judge* (fixed rules, no model: :mod:`reef.testing.judge_upstream`) scores the
+reply, so its row measures the recipe and the plumbing, not a judge model (its "reports"
+are the user's replies, each judged into one). Rounds run until the served model's
+held-out score passes the target, or the round or time limit.
 
 One row per recipe: the held-out score of every served release, the reports and wall
 time (from the first round) until the score passed the target, and the candidates the
@@ -33,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reef.cli.demo_loop import Agent, Progress, deployment, learn, new_token
 from reef.cli.demo_plans import FIRST_LETTER, PLANS, Plan, WordSets
 
-RECIPES = ("sft", "grpo", "sao")
+RECIPES = ("sft", "grpo", "sao", "openclaw_rl")
 
 
 def plan_for(name: str) -> Plan:
@@ -99,6 +103,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\ntarget {args.target} held-out (60 words), seed {args.seed}, load average {load}")
+    for name in args.recipes.split(","):
+        if PLANS[name].note:
+            print(f"{name}: {PLANS[name].note}")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for line in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))

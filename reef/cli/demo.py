@@ -5,9 +5,11 @@ tiny engine serves), a weight recipe (``--recipe``: ``sft`` by default), its in-
 trainer and the engine's sidecar. A toy agent asks questions about pseudo-words through
 Reef and a programmatic grader responds to each answer as the recipe needs it
 (:mod:`reef.cli.demo_plans`: a correction for ``sft``, scores alone for ``grpo`` and
-``sao``). Rounds run in lock step with the trainer (:mod:`reef.cli.demo_loop`); every
-release the engine serves is measured on held-out words. At the end: a table, a CSV and
-a PNG plot of the mean held-out score per release, with rejected candidates marked.
+``sao``; for ``openclaw_rl`` no report but a scripted user's next turn, scored by a
+scripted stand-in judge, as the live panel's task line says). Rounds run in lock step
+with the trainer (:mod:`reef.cli.demo_loop`); every release the engine serves is measured
+on held-out words. At the end: a table, a CSV and a PNG plot of the mean held-out score
+per release, with rejected candidates marked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def panel(plan: Plan, progress: Progress) -> Table:
     candidates = trainer.get("candidates", {})
     table = Table(title=f"Reef demo: {plan.recipe}, live", show_header=False)
     table.add_row("task", plan.summary)
+    if plan.note:
+        table.add_row("note", plan.note)
     table.add_row("now", progress.phase)
     table.add_row("requests served", str(progress.requests))
     table.add_row("reports sent", str(progress.responses))
@@ -133,6 +137,8 @@ def _finish(plan: Plan, progress: Progress, console: Console, out: Path) -> None
     if reached is not None:
         console.print(f"above {TARGET} after {reached.samples} reports and {reached.seconds:.0f} s")
     console.print(f"candidates rejected by the gate: {progress.rejected}")
+    if plan.note:
+        console.print(f"note: {plan.note}")
     _plot(plan, progress, out / "scores.png")
     console.print(f"wrote {out / 'scores.csv'} and {out / 'scores.png'}")
 

@@ -2,12 +2,14 @@
 
 :func:`deployment` starts ``reef serve`` on a fresh embedded state dir with no upstream
 (the built-in tiny engine, its sidecar following the demo scenario, the plan's recipe
-and its in-process trainer). :class:`Agent` is the toy agent and its grader, talking to
-Reef over HTTP only. :func:`learn` runs rounds in lock step, so that asking never
-competes with training for the cores:
+and its in-process trainer, the plan's settings and services: a judge, say).
+:class:`Agent` is the toy agent and its grader, talking to Reef over HTTP only.
+:func:`learn` runs rounds in lock step, so that asking never competes with training for
+the cores:
 
 1. ask a round: ``plan.prompts`` training prompts, ``plan.answers`` answers each;
-2. respond to every answer (``plan.respond``: a report, usually);
+2. respond to every answer (``plan.respond``: a report, usually; the user's next turn
+   for a recipe that learns from it, which the judge turns into a report);
 3. wait until the trainer has read every sample and holds none (it decided the batch:
    committed, rejected by the gate, or skipped);
 4. once the engine serves a new head, measure it: the mean score of greedy answers to
@@ -95,7 +97,11 @@ def deployment(
         env["REEF_SEED_DIR"] = str(build_warm_start(state / "warm-start", sets.train))
     with plan.services(state / "services") as extra:
         server = start_reef(
-            env=env | extra, state_dir=state / "serve", log_dir=log_dir, timeout=180.0, name="serve"
+            env=env | dict(plan.settings) | extra,
+            state_dir=state / "serve",
+            log_dir=log_dir,
+            timeout=180.0,
+            name="serve",
         )
         try:
             yield server

@@ -3,17 +3,21 @@
 A plan names the recipe, its toy task, the ``recipe:`` section it is configured with,
 how the toy agent asks (prompts per round, answers per prompt, temperature, whether the
 engine records token data) and how its grader answers each answer (:data:`Respond`: a
-report with a correction, a score grouped by prompt, a score alone). :data:`PLANS` holds
-one per recipe; adding a recipe is one entry: a recipe that learns from the user's next
-turn rather than from reports tags sessions, brings a ``respond`` that sends that turn
-and ``services`` that start its judge.
+report with a correction, a score grouped by prompt, a score alone, or no report but the
+user's next turn). :data:`PLANS` holds one per recipe; adding a recipe is one entry.
+``openclaw_rl`` learns from the user's next turn rather than from reports: its plan tags
+sessions, its ``respond`` is a scripted user's reply (:func:`reply_as_user`), its
+``settings`` turn on session tracking, the judge and the top-K record, and its
+``services`` start a scripted stand-in judge (:func:`scripted_judge`: fixed rules, no
+model).
 
 The tasks are on pseudo-words of 3 to 6 letters (:func:`words`), graded by
 :func:`recipes.tasks.exact` (1.0 for the answer, else half the share of letters right by
 position), the grader the recipes' gate uses too. Policy-gradient recipes (``grpo``,
 ``sao``) learn "First letter of: <word>" from :func:`build_warm_start`, the tiny model
 after a short imitation warm-up on copying words: from the random model a policy never
-samples a right answer, so a score alone carries no signal.
+samples a right answer, so a score alone carries no signal (``openclaw_rl`` learns the
+same task from the same warm start).
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -131,6 +135,43 @@ def report_score(client: httpx.Client, task: ToyTask, done: Answered) -> None:
     _report(client, {"score": task.score(done.answer, done.word), "references": [done.receipt]})
 
 
+def accepts_first_letter(answer: str, word: str) -> bool:
+    """The scripted user is lenient: an answer that starts with the word's first letter and
+    is shorter than the word moves the task on (the held-out score stays the strict
+    grader's, :func:`recipes.tasks.exact`)."""
+    said = answer.strip().lower()
+    return said.startswith(word[0]) and len(said) < len(word)
+
+
+def reply_as_user(client: httpx.Client, task: ToyTask, done: Answered) -> None:
+    """No report: the scripted user's next turn in the answer's session (``openclaw_rl``).
+    An accepted answer gets "thanks!" and a new task, any other "no, ..." and the right
+    answer; the judge reads that reply as the first turn's next state."""
+    if accepts_first_letter(done.answer, done.word):
+        reply = f"thanks! {task.prompt(done.word[::-1])}"
+    else:
+        reply = f"no, the answer to {task.prompt(done.word)!r} is {task.answer(done.word)}"
+    messages = [
+        {"role": "user", "content": task.prompt(done.word)},
+        {"role": "assistant", "content": done.answer},
+        {"role": "user", "content": reply},
+    ]
+    body = {"model": "tiny", "temperature": 0, "max_tokens": 10, "messages": messages}
+    headers = {"x-reef-tag-session": done.session}
+    client.post("/v1/chat/completions", json=body, headers=headers).raise_for_status()
+
+
+@contextlib.contextmanager
+def scripted_judge(folder: Path) -> Iterator[dict[str, str]]:
+    """The scripted stand-in judge (:mod:`reef.testing.judge_upstream`: fixed rules, no
+    model; a reply with "thanks" votes +1, one with "no," -1 and gets the hint "The user
+    said: <reply>"), as the deployment's judge."""
+    from reef.testing.servers import running_upstream
+
+    with running_upstream(folder, module="reef.testing.judge_upstream") as judge:
+        yield {"REEF_JUDGE_URL": judge.v1_url}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """How the demo drives one recipe."""
@@ -153,7 +194,11 @@ class Plan:
     warm_start: bool = False
     #: tag every request with its session (for recipes that learn from the next turn)
     tag_sessions: bool = False
+    #: further ``reef serve`` settings the recipe needs (``REEF_*``)
+    settings: Mapping[str, str] = field(default_factory=dict)
     services: Services = no_services
+    #: what is scripted beyond the grader, printed with every result of the plan
+    note: str = ""
 
 
 PLANS: Final[dict[str, Plan]] = {
@@ -202,6 +247,31 @@ PLANS: Final[dict[str, Plan]] = {
         temperature=1.0,
         record_tokens=True,
         warm_start=True,
+    ),
+    "openclaw_rl": Plan(
+        recipe="openclaw_rl",
+        summary='"First letter of: <word>" from a copying warm start; no report: a scripted '
+        'user replies "thanks!" or "no, ...", a judge scores the reply',
+        task=FIRST_LETTER,
+        respond=reply_as_user,
+        config=(
+            "  training: {learning_rate: 0.0008, epochs: 2, minibatch: 16, distill_coef: 0.05}\n"
+            "  gate: {policy: win_margin, margin: 0.0}\n"
+        ),
+        prompts=128,
+        temperature=1.0,
+        record_tokens=True,
+        warm_start=True,
+        tag_sessions=True,
+        settings={
+            "REEF_TRACK_SESSIONS": "true",
+            "REEF_JUDGE_TURNS": "true",
+            "REEF_JUDGE_HINTS": "true",
+            "REEF_RECORD_TOP_LOGPROBS": "4",
+        },
+        services=scripted_judge,
+        note="the judge is a scripted stand-in (fixed rules, no model: "
+        'reef.testing.judge_upstream votes +1 on "thanks", -1 on "no,"), not a judge model',
     ),
 }
 

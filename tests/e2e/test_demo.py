@@ -11,6 +11,7 @@ import pytest
 
 from recipes.registry import read_section, recipe_class
 from reef.cli.demo_plans import PLANS, WordSets, write_recipe_config
+from reef.settings import load_settings
 from reef.testing.servers import clean_env
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -82,11 +83,25 @@ def test_each_plan_writes_a_config_its_recipe_accepts(tmp_path: Path, name: str)
     assert len(sets.gate) == len(sets.held_out) == 60
 
 
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_each_plan_passes_reef_serve_only_settings_it_accepts(name: str) -> None:
+    """A plan's extra ``reef serve`` settings are known ``REEF_*`` names with valid values
+    (``openclaw_rl``: sessions tracked, the judge and its hints on, the top-K record)."""
+    plan = PLANS[name]
+    loaded = load_settings(environ=dict(plan.settings))
+    from_env = {f"REEF_{field.upper()}" for field, src in loaded.sources.items() if src == "env"}
+    assert from_env == set(plan.settings)
+    if loaded.settings.judge_turns:
+        assert plan.tag_sessions and loaded.settings.track_sessions
+        assert loaded.settings.record_top_logprobs > 0 and plan.record_tokens
+
+
 def test_an_unknown_recipe_is_refused_with_the_choices(tmp_path: Path) -> None:
     done = run_demo(tmp_path / "out", "--recipe", "nope")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Invalid value for '--recipe'" in done.stderr
     assert "'grpo'" in done.stderr and "'sao'" in done.stderr and "'sft'" in done.stderr
+    assert "'openclaw_rl'" in done.stderr
     assert not (tmp_path / "out").exists()
 
 

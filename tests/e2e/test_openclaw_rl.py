@@ -12,13 +12,26 @@ state>").
 
 The task is "First letter of: <word>" (:data:`tests.support.learning_loop.FIRST_LETTER`)
 from the copy warm start (it answers with a garbled copy of the word). Every round a
-scripted user opens one tagged session per training word: the served model answers at
-temperature 1; when the user accepts the answer (:func:`accepts`) it says "thanks" and
-asks the next task, otherwise it corrects ("no, ..."). That second message completes the
-first turn, which the judge scores; the judgement becomes a report (reef.core.feedback),
-the join a sample, and ``batch_size`` of them a candidate (gate ``always``). The second
-turn is the session's last: it never gets a next state, and expires. Some sessions also
-resend their first request (a client retry) and make a side call: neither may ever train.
+scripted user opens one session per training word, half of them tagged
+(``x-reef-tag-session``) and half untagged: an agent that only resends its transcript,
+with a tool schema as agents do (the sessions processor matches those by transcript, and
+an untagged request without tools is a side call). The served model answers at
+temperature 1; when the user accepts the answer (:func:`accepts_first_letter`) it says
+"thanks" and asks the next task, otherwise it corrects ("no, ..."). That second message
+completes the first turn, which the judge scores; the judgement becomes a report
+(reef.core.feedback), the join a sample, and ``batch_size`` of them a candidate (gate
+``always``). The second turn is the session's last: it never gets a next state, and
+expires. Some sessions of each kind also resend their first request (a client retry) and
+make a side call (tagged ``side``, or untagged without tools): neither may ever train.
+
+Two untagged users who send the same transcript while both sessions are open are one
+session to Reef: the second user's turn reads as a retry of the first's, nothing else
+tells them apart (a word asked again while an earlier session about it is open, answered
+the same, did that here: 2 of 256 turns lost in four rounds). A real agent's transcripts
+differ (reminders, timestamps, ids), so the scripted untagged agent sends a context
+message with its client id before the user's reply. The reply stays the next state the
+judge reads, and the first turn, the one that trains, is untouched: with the engine
+ignoring ``tools``, a round trains what it would with every session tagged.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reef.cli.demo_plans import accepts_first_letter
 from reef.core.events import Event, SampleJoined, SessionExpired
 from reef.core.topics import SAMPLES, TURNS
 from reef.log.kafka import delete_prefixed_topics
@@ -62,18 +76,37 @@ ROUNDS = 6
 TARGET = 0.2  # the last release's held-out score must exceed it (see the test's doc)
 TTL_S = 10  # session idle time (event time) after which a session ends
 RETRIED = 8  # sessions per round that also resend turn 1 and make a side call
+KINDS = ("tagged", "untagged")  # session i of a round is of kind KINDS[i % 2]
+#: what an untagged agent offers on its main turns (the local engine ignores it)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "spell",
+            "description": "The letters of a word, in order.",
+            "parameters": {
+                "type": "object",
+                "properties": {"word": {"type": "string"}},
+                "required": ["word"],
+            },
+        },
+    }
+]
 TRAINING = "  training: {learning_rate: 0.0008, epochs: 2, minibatch: 16, distill_coef: 0.05}\n"
 
 
 @dataclass
 class Receipts:
-    """What the scripted user saw, by kind of request."""
+    """What the scripted user saw of one kind of session, by kind of request."""
 
     judged: set[str] = field(default_factory=set)  # first turns: completed by the reply
     last: set[str] = field(default_factory=set)  # the replies' own turns: never completed
     retries: set[str] = field(default_factory=set)
     side: set[str] = field(default_factory=set)
     right: int = 0
+
+    def never_trained(self) -> set[str]:
+        return self.last | self.retries | self.side
 
 
 @pytest.fixture
@@ -159,13 +192,18 @@ def openclaw_loop(
 def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     openclaw_loop: Loop,
 ) -> None:
-    """Six rounds of 128 sessions, six committed releases (gate ``always``): the served
-    held-out score must end above TARGET (0.2) and 0.1 above the warm start's. Measured
-    (2 shared cores, load 7-19): 0.096 (the warm start) -> 0.081 -> 0.162 -> 0.220 ->
-    0.148 -> 0.206 -> 0.306, the same on both logs in every run since the candidate no
-    longer depends on the order the judge finished the turns in (the engine samples with
-    a seed per request); about 70 s for the rounds on the embedded log. It is a slow,
-    noisy learner here: the raw ±1 reward has no baseline. Measured before (4 rounds,
+    """Six rounds of 128 sessions (64 tagged, 64 untagged), six committed releases (gate
+    ``always``): the served held-out score must end above TARGET (0.2) and 0.1 above the
+    warm start's. Measured (2 shared cores, load 7-19): 0.096 (the warm start) -> 0.081 ->
+    0.162 -> 0.220 -> 0.148 -> 0.206 -> 0.306, the same on both logs in every run since
+    the candidate no longer depends on the order the judge finished the turns in (the
+    engine samples with a seed per request), and the same again with half the sessions
+    untagged (their first turns, the ones that train, are the same requests with a tool
+    schema the engine ignores); about 70 s for the rounds on the embedded log. It is a
+    slow, noisy learner here: the raw ±1 reward has no baseline, and the claim holds for
+    this seed's draws of words, not for every draw (one run drawing other words for the
+    untagged half ended at 0.019: 0.096 -> 0.038 -> 0.097 -> 0.019 -> 0.048 -> 0.018 ->
+    0.019). Measured before (4 rounds,
     arrival-ordered minibatches): final scores 0.306, 0.563, 0.239, 0.285 (Kafka) and
     0.199; at learning rate 5e-4 with no distillation 0.224 after 6 rounds (flat at
     0.10-0.12 before); with a strict user (only the right letter is accepted: 1 first
@@ -175,7 +213,7 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     small here, exercised rather than relied on."""
     loop = openclaw_loop
     rng = random.Random(5)
-    seen = Receipts()
+    seen = {kind: Receipts() for kind in KINDS}
     loop.ask_all(["kato"])  # creates the scenario (the warm start serves)
     history = [loop.measure()[:2]]
     for _ in range(ROUNDS):
@@ -187,55 +225,65 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     time.sleep(max(0.0, TTL_S + 1 - (time.monotonic() - asked)))
     loop.ask_all(["kato"])  # an exchange past the TTL: the last round's sessions end
     print(f"openclaw_rl served held-out score per release: {history}", flush=True)
-    print(f"openclaw_rl right first answers: {seen.right} of {SESSIONS * ROUNDS}", flush=True)
+    right = {kind: r.right for kind, r in seen.items()}
+    print(f"openclaw_rl right first answers: {right} of {SESSIONS * ROUNDS // 2} each", flush=True)
     assert len({release for release, _ in history}) == ROUNDS + 1, history
     assert history[0][1] < 0.2, history
     assert history[-1][1] > max(TARGET, history[0][1] + 0.1), history
     assert_only_judged_first_turns_trained(loop, seen)
 
 
-def user_round(loop: Loop, rng: random.Random, seen: Receipts) -> None:
+def user_round(loop: Loop, rng: random.Random, seen: dict[str, Receipts]) -> None:
+    """One session per word, kinds alternating (so the first RETRIED hold both kinds)."""
     words = rng.sample(TRAIN, SESSIONS)
     seeds = [rng.randrange(2**31) for _ in words]
+
+    def one(i: int) -> tuple[str, dict[str, Any]]:
+        kind = KINDS[i % len(KINDS)]
+        return kind, session(client, loop, words[i], seeds[i], kind=kind, retried=i < RETRIED)
+
     with loop.client() as client, ThreadPoolExecutor(4) as pool:
-        done = list(
-            pool.map(
-                lambda i: session(client, loop, words[i], seeds[i], retried=i < RETRIED),
-                range(SESSIONS),
-            )
-        )
-    for found in done:
-        seen.judged.add(found["first"])
-        seen.last.add(found["reply"])
-        seen.right += found["right"]
-        seen.retries.update(found["retries"])
-        seen.side.update(found["side"])
+        done = list(pool.map(one, range(SESSIONS)))
+    for kind, found in done:
+        got = seen[kind]
+        got.judged.add(found["first"])
+        got.last.add(found["reply"])
+        got.right += found["right"]
+        got.retries.update(found["retries"])
+        got.side.update(found["side"])
 
 
 def session(
-    client: httpx.Client, loop: Loop, word: str, seed: int, *, retried: bool
+    client: httpx.Client, loop: Loop, word: str, seed: int, *, kind: str, retried: bool
 ) -> dict[str, Any]:
-    """One scripted user's session: the task, the model's answer, what the user says."""
-    tag = {"x-reef-tag-session": uuid.uuid4().hex}
+    """One scripted user's session: the task, the model's answer, what the user says.
+    Tagged: every request names the session. Untagged: the agent resends its transcript
+    with its tool schema and nothing else ties the requests together."""
+    tagged, client_id = kind == "tagged", uuid.uuid4().hex
+    tag = {"x-reef-tag-session": client_id} if tagged else {}
+    tools = {} if tagged else {"tools": TOOLS}
     messages = [{"role": "user", "content": loop.task.prompt(word)}]
-    first = chat(client, messages, tag, temperature=1.0, seed=seed)
+    first = chat(client, messages, tag, temperature=1.0, seed=seed, **tools)
     retries, side = [], []
     if retried:  # the client resends the same request (a retry), then a side call
-        retries.append(chat(client, messages, tag, temperature=1.0, seed=seed)["receipt"])
-        side_tag = tag | {"x-reef-tag-turn-type": "side"}
+        again = chat(client, messages, tag, temperature=1.0, seed=seed, **tools)
+        retries.append(again["receipt"])
+        side_tag = tag | {"x-reef-tag-turn-type": "side"} if tagged else {}
         title = [{"role": "user", "content": f"Title for: {word}"}]
-        side.append(chat(client, title, side_tag, temperature=0.0)["receipt"])
-    right = accepts(first["answer"], word)
+        side.append(chat(client, title, side_tag, temperature=0.0)["receipt"])  # no tools
+    right = accepts_first_letter(first["answer"], word)
     if right:
         reply = f"thanks! {loop.task.prompt(next_word(word))}"
     else:
         reply = f"no, the first letter of {word} is {word[0]}"
+    context = [] if tagged else [{"role": "user", "content": f"<context>client {client_id}"}]
     following = [
         *messages,
         {"role": "assistant", "content": first["answer"]},
+        *context,
         {"role": "user", "content": reply},
     ]
-    second = chat(client, following, tag, temperature=0.0)
+    second = chat(client, following, tag, temperature=0.0, **tools)
     return {
         "first": first["receipt"],
         "reply": second["receipt"],
@@ -245,21 +293,14 @@ def session(
     }
 
 
-def accepts(answer: str, word: str) -> bool:
-    """The scripted user is lenient: an answer that starts with the right letter and is
-    shorter than the word moves the task on (the held-out score stays the strict grader's)."""
-    said = answer.strip().lower()
-    return said.startswith(word[0]) and len(said) < len(word)
-
-
 def next_word(word: str) -> str:
     return TRAIN[(TRAIN.index(word) + 1) % len(TRAIN)]
 
 
 def chat(
-    client: httpx.Client, messages: list[dict[str, str]], headers: dict[str, str], **sampling: Any
+    client: httpx.Client, messages: list[dict[str, str]], headers: dict[str, str], **fields: Any
 ) -> dict[str, str]:
-    body = {"model": "tiny", "messages": messages, "max_tokens": 10, **sampling}
+    body = {"model": "tiny", "messages": messages, "max_tokens": 10, **fields}
     response = client.post("/v1/chat/completions", json=body, headers=headers)
     assert response.status_code == 200, response.text
     return {
@@ -295,16 +336,23 @@ def expired_sessions(loop: Loop, count: int) -> set[str]:
         time.sleep(0.2)
 
 
-def assert_only_judged_first_turns_trained(loop: Loop, seen: Receipts) -> None:
-    """Every sample is a judged first turn (one per session, nothing else); retries,
-    side calls and the sessions' last turns never train; those last turns expired."""
+def assert_only_judged_first_turns_trained(loop: Loop, seen: dict[str, Receipts]) -> None:
+    """Every sample is a judged first turn (one per session, nothing else), as many of
+    tagged sessions as of untagged; of either kind retries, side calls and the sessions'
+    last turns never train, and those last turns expired."""
     samples = [e for e in events(loop, SAMPLES) if isinstance(e, SampleJoined)]
     trained = [r for s in samples for r in s.references]
     assert len(trained) == len(set(trained)) == SESSIONS * ROUNDS, len(trained)
-    assert set(trained) == seen.judged
     assert all(json.loads(s.metadata_json)["source"] == "judge" for s in samples)
-    assert expired_sessions(loop, len(seen.last)) == seen.last
-    assert not (set(trained) & (seen.last | seen.retries | seen.side))
+    last = set().union(*(r.last for r in seen.values()))
+    expired = expired_sessions(loop, len(last))
+    for kind, receipts in seen.items():
+        assert len(receipts.judged) == SESSIONS * ROUNDS // len(KINDS), kind
+        assert receipts.judged <= set(trained), (kind, len(receipts.judged - set(trained)))
+        assert len(receipts.retries) == len(receipts.side) == RETRIED * ROUNDS // len(KINDS)
+        assert not (set(trained) & receipts.never_trained()), kind
+        assert receipts.last <= expired, (kind, len(receipts.last - expired))
+    assert expired == last
     trainer = loop.deployment.wait_trainer_status()
     assert trainer.get("error") is None, trainer
     assert not trainer["samples_skipped"], trainer
