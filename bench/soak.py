@@ -66,7 +66,7 @@ from reef.hosts import READY_LINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recipes.tasks import exact as grade
+from recipes.tasks import exact
 from reef.cli.demo_plans import words
 from reef.log.kafka import delete_prefixed_topics
 from reef.testing.servers import (
@@ -310,7 +310,7 @@ class Load:
     async def _report(self, receipt: str, answer: str, word: str) -> None:
         started = self.now()
         body = {
-            "score": grade(answer, word),
+            "score": exact(answer, word),
             "feedback": {"correction": word},
             "references": [receipt],
         }

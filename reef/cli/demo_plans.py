@@ -34,6 +34,7 @@ from typing import Any, Final
 import httpx
 
 from recipes.tasks import exact
+from reef.testing.servers import running_upstream
 
 #: every demo request and report carries this scenario
 SCENARIO: Final = "demo"
@@ -166,8 +167,6 @@ def scripted_judge(folder: Path) -> Iterator[dict[str, str]]:
     """The scripted stand-in judge (:mod:`reef.testing.judge_upstream`: fixed rules, no
     model; a reply with "thanks" votes +1, one with "no," -1 and gets the hint "The user
     said: <reply>"), as the deployment's judge."""
-    from reef.testing.servers import running_upstream
-
     with running_upstream(folder, module="reef.testing.judge_upstream") as judge:
         yield {"REEF_JUDGE_URL": judge.v1_url}
 
