@@ -13,7 +13,8 @@ server rather than a Python client:
 Targets: direct, Reef on the embedded log, Reef on Kafka (``--kafka-bootstrap``, default:
 the local stack's single node if it answers), with ``--baseline REF`` the same two Reefs
 built from a git ref (``HEAD``: before/after the work tree's changes, side by side in this
-run), and a LiteLLM proxy if ``--litellm`` names an executable.
+run), with ``--workers N`` the work tree's two Reefs again as ``reef serve --workers N``,
+and a LiteLLM proxy if ``--litellm`` names an executable.
 
 The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
 targets interleaved within a round, and the table shows the median with its spread
@@ -21,7 +22,7 @@ targets interleaved within a round, and the table shows the median with its spre
 stopped, and its log is read back: "durable" counts the receipts found in the log.
 
     .venv/bin/python bench/proxy_overhead.py [--seconds 5] [--rounds 3] [--baseline HEAD]
-        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH]
+        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH] [--workers 2]
 """
 
 from __future__ import annotations
@@ -181,6 +182,9 @@ def main() -> None:
     parser.add_argument("--baseline", help="git ref to serve beside the work tree (e.g. HEAD)")
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--litellm", help="path of a litellm executable (optional)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="also serve the work tree with --workers N"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is required: apt-get install wrk")
@@ -191,11 +195,14 @@ def main() -> None:
         kafka = args.kafka_bootstrap if kafka_answers(args.kafka_bootstrap) else None
         if kafka is None:
             print(f"(no Kafka at {args.kafka_bootstrap}: skipping the Kafka targets)")
-        trees: list[tuple[str, Path | None]] = [("", None)]
+        # (name suffix, git tree or None for the work tree, API processes)
+        trees: list[tuple[str, Path | None, int]] = [("", None, 1)]
+        if args.workers > 1:
+            trees.append((f" x{args.workers}", None, args.workers))
         if args.baseline:
-            trees.append((f"@{args.baseline}", export_tree(args.baseline)))
+            trees.append((f"@{args.baseline}", export_tree(args.baseline), 1))
         try:
-            for suffix, tree in trees:
+            for suffix, tree, workers in trees:
                 for log, bootstrap in (("embedded", None), ("kafka", kafka)):
                     if log == "kafka" and bootstrap is None:
                         continue
@@ -206,6 +213,7 @@ def main() -> None:
                         workdir=workdir,
                         tree=tree,
                         kafka_bootstrap=bootstrap,
+                        workers=workers,
                     )
                     url = f"{reef.base_url}/v1/chat/completions"
                     targets.append(Target(reef.name, url, reef.headers, reef))

@@ -92,12 +92,15 @@ def start_target(
     workdir: Path,
     tree: Path | None = None,
     kafka_bootstrap: str | None = None,
+    workers: int = 1,
 ) -> ReefTarget:
     """``reef serve`` of ``tree`` (None: the work tree) on the embedded log or Kafka."""
     port = free_port()
     state_dir = workdir / name
     args = ["serve", "--host", HOST, "--port", str(port), "--state-dir", str(state_dir)]
     args += ["--upstream-url", upstream_v1]
+    if workers > 1:
+        args += ["--workers", str(workers)]
     kafka = None
     if kafka_bootstrap is not None:
         kafka = (kafka_bootstrap, create_topics(kafka_bootstrap))

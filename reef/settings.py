@@ -59,6 +59,21 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="Address the API binds to.")
     port: int = Field(8900, ge=0, le=65535, description="Port the API binds to.")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="API processes of `reef serve`, sharing the port (SO_REUSEPORT); the "
+        "first also runs what runs once per deployment (embedded: processors, trainer, judge).",
+    )
+    serve_role: Literal["all", "api"] = Field(
+        "all",
+        description="What one `reef serve` process runs: all (the API and, on the embedded "
+        "log, the processors, trainer and judge) or api (the API alone: the other --workers).",
+    )
+    serve_reuse_port: bool = Field(
+        False, description="Bind the API port with SO_REUSEPORT (set for each of --workers)."
+    )
     token: SecretStr | None = Field(None, description="Bearer token with every scope.")
     tokens: SecretStr = Field(
         SecretStr(""),

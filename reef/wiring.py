@@ -12,7 +12,8 @@ publish the seed folder -> start the key ring -> replay the projection to the lo
 the local engine (and its sidecar when ``engine_scenario`` is set) -> on the embedded
 log, start the recipe's trainer in this process -> on the embedded log with sessions
 tracked and ``judge_turns`` on, start the judge in this process -> open the upstream
-client -> serve.
+client -> serve. An API-only process (``serve_role: api``, the other workers of ``reef serve
+--workers``) opens the log, key ring, projection and upstream client, and nothing else.
 Shutdown runs the same steps in reverse, after in-flight background records (diagnostic
 stream records) are flushed.
 """
@@ -38,6 +39,7 @@ from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
 from reef.catalog import processors
+from reef.core.errors import ConfigError
 from reef.core.topics import LOG_TOPICS
 from reef.crypto.rings import open_keyring
 from reef.engine.engine_client import AsyncEngineClient
@@ -59,9 +61,12 @@ from trainers.runner import in_process_trainer
 def create_app(settings: Settings) -> FastAPI:
     """The app ``reef serve`` runs; configuration errors (e.g. no token) raise here."""
     tokens = registry_from(settings)
+    if settings.serve_role == "api" and settings.upstream_url is None:
+        # the local engine runs once, in the process that runs everything
+        raise ConfigError("an API-only process (serve_role api) needs an upstream URL")
     # the embedded log runs the recipe's trainer in this process: a recipe configuration it
     # cannot read stops the server here, before it serves
-    recipe = recipe_from_settings(settings) if settings.log == "embedded" else None
+    recipe = recipe_from_settings(settings) if _runs_once(settings) else None
     producer = producer_name(settings)
     return build_app(
         settings, functools.partial(serving_context, settings, producer, tokens, recipe)
@@ -72,12 +77,21 @@ def producer_name(settings: Settings) -> str:
     return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _runs_once(settings: Settings) -> bool:
+    """Whether this process runs the embedded deployment's processors, trainer and judge.
+
+    On Kafka they are separate commands (``reef streams``, ``reef trainer``, ``reef
+    judge``); on the embedded log the first of ``reef serve --workers`` runs them.
+    """
+    return settings.log == "embedded" and settings.serve_role == "all"
+
+
 @contextlib.asynccontextmanager
 async def serving_context(
     settings: Settings, producer: str, tokens: TokenRegistry | None, recipe: Recipe[Any] | None
 ) -> AsyncIterator[AppContext]:
     """Every resource the API serves with, running (see the module doc for the order)."""
-    embedded = settings.log == "embedded"
+    runs_once = _runs_once(settings)
     async with contextlib.AsyncExitStack() as stack:
         log = open_log(settings, client_id=f"reef-api-{producer}")
         await stack.enter_async_context(running(log))
@@ -93,7 +107,7 @@ async def serving_context(
         projection = ProjectionFollower(store)
         await projection.start()
         stack.push_async_callback(projection.close)
-        if embedded:
+        if runs_once:
             # processors see claim-checked bodies as references (as on Kafka and in
             # replay); they run in a child process so the API keeps its own core
             await stack.enter_async_context(processor_process(settings))
@@ -110,7 +124,7 @@ async def serving_context(
                     _sidecar(settings, store, content, engine_url, producer)
                 )
         trainer = judge = None
-        if embedded:
+        if runs_once:
             trainer = await stack.enter_async_context(
                 in_process_trainer(settings, store, content, producer, recipe=recipe)
             )

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -34,9 +33,9 @@ from reef.api.dialects import (
 )
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.pins import pinned_release
-from reef.api.upstream import relayed_status
+from reef.api.upstream import UpstreamReply, relayed_status
 from reef.core import fingerprints
-from reef.core.errors import LogUnavailableError, RequestError
+from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
 from reef.services.projection import ApiState
@@ -275,8 +274,11 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     )
     await exchange.observe_version(upstream_response.headers.get(WEIGHT_VERSION_HEADER), ctx)
     if upstream_response.status_code >= 400:
-        if exchange.stream:
-            await upstream_response.aread()
+        try:
+            await upstream_response.aread()  # a no-op unless a stream was asked for
+        except UpstreamBrokeError as exc:
+            raise RequestError(502, "upstream_unavailable", str(exc)) from exc
+        finally:
             await upstream_response.aclose()
         return _relay_error(upstream_response, dialect)
     if exchange.stream and _is_sse(upstream_response):
@@ -288,8 +290,13 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     return await _buffered(ctx, exchange, upstream_response)
 
 
-async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Response) -> Response:
-    content = await upstream.aread()
+async def _buffered(ctx: AppContext, exchange: Exchange, upstream: UpstreamReply) -> Response:
+    try:
+        content = await upstream.aread()  # read already, unless a stream was asked for
+    except UpstreamBrokeError as exc:
+        raise RequestError(502, "upstream_unavailable", str(exc)) from exc
+    finally:
+        await upstream.aclose()
     exchange.upstream_done = time.perf_counter()
     text = content.decode("utf-8", errors="replace")
     try:
@@ -318,7 +325,7 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: httpx.Respons
 
 
 async def _relay_stream(
-    ctx: AppContext, exchange: Exchange, upstream: httpx.Response
+    ctx: AppContext, exchange: Exchange, upstream: UpstreamReply
 ) -> AsyncIterator[bytes]:
     """Relay SSE events as they arrive; store the record before the receipt goes out."""
     splitter = SseSplitter()
@@ -359,7 +366,7 @@ async def _relay_stream(
                 ctx, exchange, assembly, "upstream stream ended without its final event"
             )
             finished = True
-    except httpx.HTTPError as exc:
+    except UpstreamBrokeError as exc:
         if not finished:
             _record_incomplete(ctx, exchange, assembly, f"upstream stream broke: {exc!r}")
             finished = True
@@ -393,12 +400,12 @@ def _stream_error(exchange: Exchange, message: str) -> bytes:
     return f"{head}data: {json.dumps(body)}\n\n".encode()
 
 
-def _is_sse(response: httpx.Response) -> bool:
+def _is_sse(response: UpstreamReply) -> bool:
     content_type: str = response.headers.get("content-type", "")
     return content_type.startswith("text/event-stream")
 
 
-def _relay_error(upstream: httpx.Response, dialect: Dialect) -> Response:
+def _relay_error(upstream: UpstreamReply, dialect: Dialect) -> Response:
     """Relay the provider's own error body (4xx keep their code; 5xx become 502)."""
     status = relayed_status(upstream.status_code)
     try:

@@ -1,24 +1,29 @@
-"""The upstream provider: one pooled httpx client, credentials injected here only.
+"""The upstream provider: one pooled aiohttp session, credentials injected here only.
 
-The client's transport is aiohttp's (``httpx-aiohttp``): on this workload it serves
-several times the requests/s of httpcore's pool at a third of the latency, while the
-code keeps httpx's request/response types (and ``httpx.MockTransport`` in unit tests).
+Reef only relays to the upstream: it builds one request, reads one reply whole or as a
+stream of chunks, and keeps nothing else. aiohttp's client does exactly that, so Reef
+calls it directly. Measured on the scripted upstream at 16 requests in flight (one
+process, 3,000 requests): 0.10-0.13 ms of CPU per request for aiohttp alone against
+0.30-0.38 ms through httpx over the same aiohttp transport (httpx's client layers:
+redirects, auth flow, cookie jar, its own request and response models).
 
-httpx errors are translated once, here: connect failures → 502 ``upstream_unavailable``,
-timeouts → 504 ``upstream_timeout``.
+Library errors are translated once, here: a refused or failed connection → 502
+``upstream_unavailable``, a timeout → 504 ``upstream_timeout`` (both before any byte of
+the reply reached the client), and a reply that breaks while it is relayed →
+:class:`UpstreamBrokeError`, which the relay turns into an incomplete record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from http.cookiejar import DefaultCookiePolicy
-from typing import Final
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 import aiohttp
-import httpx
-from httpx_aiohttp import AiohttpTransport
+from multidict import CIMultiDictProxy
 
-from reef.core.errors import RequestError
+from reef.core.errors import RequestError, UpstreamBrokeError
 from reef.settings import Settings
 
 #: client headers relayed upstream; everything else (Authorization, x-api-key, cookies,
@@ -35,44 +40,98 @@ FORWARDED_HEADERS: Final = (
 DEFAULT_ANTHROPIC_VERSION: Final = "2023-06-01"
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """One request for the upstream, credentials already in its headers."""
+
+    method: str
+    url: str
+    body: bytes | None
+    headers: dict[str, str]
+
+
+class UpstreamReply:
+    """The upstream's answer: status and headers, its body read whole or streamed once."""
+
+    def __init__(self, response: aiohttp.ClientResponse, content: bytes | None) -> None:
+        self._response = response
+        self._read = content is not None
+        self.status_code: int = response.status
+        self.headers: CIMultiDictProxy[str] = response.headers
+        #: the whole body once read (by :meth:`Upstream.send` or :meth:`aread`)
+        self.content: bytes = content if content is not None else b""
+
+    def json(self) -> Any:
+        """The body read whole, as JSON (``ValueError`` if it is not)."""
+        return json.loads(self.content)
+
+    async def aread(self) -> bytes:
+        """Read the rest of a streamed body (a body already read is returned as is)."""
+        if not self._read:
+            try:
+                self.content = await self._response.read()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise UpstreamBrokeError(f"upstream reply broke: {exc!r}") from exc
+            self._read = True
+        return self.content
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive."""
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise UpstreamBrokeError(f"upstream stream broke: {exc!r}") from exc
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
 class Upstream:
     """Sends provider-native requests to the configured provider."""
 
-    def __init__(
-        self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.base_url = (settings.upstream_url or "").rstrip("/")
         self.dialect = settings.upstream_dialect
         self.model = settings.upstream_model
         self._key = (
             settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
         )
-        timeout = httpx.Timeout(
-            settings.upstream_read_timeout_s, connect=settings.upstream_connect_timeout_s
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.upstream_connect_timeout_s,
+            sock_read=settings.upstream_read_timeout_s,
         )
-        limits = httpx.Limits(
-            max_connections=settings.upstream_max_connections,
-            max_keepalive_connections=settings.upstream_max_connections,
-        )
-        self._client = httpx.AsyncClient(
-            timeout=timeout,
-            transport=transport or AiohttpTransport(limits=limits, trust_env=False),
-        )
-        # the client is shared by every caller of the deployment: a cookie an upstream
-        # sets in one reply must not ride on every later request, whoever made it (the
-        # reply's Set-Cookie is still relayed to its own caller)
-        self._client.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        self._max_connections = settings.upstream_max_connections
+        self._session: aiohttp.ClientSession | None = None
 
     @property
     def configured(self) -> bool:
         return bool(self.base_url)
 
+    def _client(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (it must be made inside the event loop)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0),
+                timeout=self._timeout,
+                # shared by every caller of the deployment: a cookie an upstream sets in
+                # one reply must not ride on every later request, whoever made it (the
+                # reply's Set-Cookie is still relayed to its own caller)
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                auto_decompress=True,
+            )
+        return self._session
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def build(
         self, method: str, suffix: str, body: bytes | None, client: Mapping[str, str]
-    ) -> httpx.Request:
+    ) -> UpstreamRequest:
         if not self.configured:
             raise RequestError(502, "no_upstream", "no upstream is configured for this deployment")
         headers = {name: client[name] for name in FORWARDED_HEADERS if name in client}
@@ -85,31 +144,32 @@ class Upstream:
                 headers["authorization"] = f"Bearer {self._key}"
         if self.dialect == "anthropic" or suffix.startswith("/messages"):
             headers.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
-        return self._client.build_request(
-            method, self.base_url + suffix, content=body, headers=headers
-        )
+        return UpstreamRequest(method, self.base_url + suffix, body, headers)
 
-    async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
+    async def send(self, request: UpstreamRequest, *, stream: bool) -> UpstreamReply:
+        """The reply; read whole unless ``stream`` (then the caller reads and closes it)."""
+        response: aiohttp.ClientResponse | None = None
         try:
-            return await self._client.send(request, stream=stream)
-        except httpx.TimeoutException as exc:
-            if _refused(exc):
-                raise RequestError(
-                    502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
-                ) from exc
-            raise RequestError(504, "upstream_timeout", f"upstream timed out: {exc!r}") from exc
-        except httpx.HTTPError as exc:
+            response = await self._client().request(
+                request.method, request.url, data=request.body, headers=request.headers
+            )
+            if stream:
+                return UpstreamReply(response, None)
+            content = await response.read()
+        except aiohttp.ClientConnectorError as exc:  # refused, unreachable, DNS
             raise RequestError(
                 502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
             ) from exc
-
-
-def _refused(exc: httpx.TimeoutException) -> bool:
-    """httpx-aiohttp reports a refused connection as ConnectTimeout; tell them apart."""
-    cause = exc.__cause__
-    return isinstance(cause, aiohttp.ClientConnectorError) and not isinstance(
-        cause, aiohttp.ServerTimeoutError
-    )
+        except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too
+            raise RequestError(504, "upstream_timeout", f"upstream timed out: {exc!r}") from exc
+        except aiohttp.ClientError as exc:
+            raise RequestError(
+                502, "upstream_unavailable", f"upstream unreachable: {exc!r}"
+            ) from exc
+        finally:
+            if response is not None and not stream:
+                response.release()
+        return UpstreamReply(response, content)
 
 
 def relayed_status(upstream_status: int) -> int:

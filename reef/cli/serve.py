@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from reef.settings import Settings, describe
 @log_options
 @click.option("--host", help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, help="Port to bind (default 8900).")
+@click.option("--workers", type=int, help="API processes sharing the port (default 1).")
 @click.option("--upstream-url", help="Provider base URL including /v1.")
 @click.option("--upstream-model", help="Model forced on upstream requests.")
 @click.option("--upstream-dialect", type=click.Choice(["openai", "anthropic"]))
@@ -45,6 +47,10 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if settings.workers > 1:
+        from reef.cli.serve_workers import supervise
+
+        sys.exit(supervise(settings))
     from reef.wiring import create_app
 
     try:
@@ -54,14 +60,7 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         sys.exit(2)
     if settings.insecure and settings.token is None and not settings.tokens.get_secret_value():
         click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
-    click.echo(
-        f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
-        err=True,
-    )
-    notice = no_upstream_notice(settings)
-    if notice is not None:
-        click.echo(notice, err=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -71,6 +70,24 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         timeout_graceful_shutdown=10,
         timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
+    sockets = None
+    if settings.serve_reuse_port:  # one of `reef serve --workers` (reef/cli/serve_workers.py)
+        from reef.cli.serve_workers import reuse_port_socket
+
+        sockets = [reuse_port_socket(settings.host, settings.port)]
+    else:
+        click.echo(
+            f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
+            err=True,
+        )
+        notice = no_upstream_notice(settings)
+        if notice is not None:
+            click.echo(notice, err=True)
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=sockets)
+    if not server.started:  # as uvicorn.run: the app did not start
+        sys.exit(3)
 
 
 def no_upstream_notice(settings: Settings) -> str | None:

@@ -15,6 +15,7 @@
     ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
     ├── TrainerError                a trainer cannot go on (trainers.consumer)
     ├── JudgeError                  a judge request failed (reef.services.judge_client)
+    ├── UpstreamBrokeError          the upstream's reply broke off while relayed (reef.api.upstream)
     ├── HarnessTreeError            a harness tree cannot be rendered (reef.harness)
     │   ├── UnknownAdapterError     no adapter by that name
     │   ├── AdapterRefusedError     the adapter does not render an entry's kind
@@ -74,6 +75,10 @@ class UnknownTopicError(LogError):
 
 class StackError(ReefError):
     """The local development stack could not be installed, started or reached."""
+
+
+class UpstreamBrokeError(ReefError):
+    """The upstream's reply broke off after it had begun (reset, timeout, bad framing)."""
 
 
 class RequestError(ReefError):
