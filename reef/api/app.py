@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from reef import __version__
 from reef.api import errors, harness, inference, openapi, releases, reports, scenarios, system
 from reef.api.context import AppContext, watch_processor_lag
+from reef.api.hot_routes import HotRoutes
 from reef.api.metrics import Metrics
 from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
@@ -50,6 +51,8 @@ def build_app(settings: Settings, open_context: OpenContext) -> FastAPI:
 
     app = FastAPI(title="Reef", version=__version__, lifespan=lifespan)
     app.state.metrics = metrics
+    # added first, so it runs innermost: inside the metrics, before FastAPI's router
+    app.add_middleware(HotRoutes)
     app.add_middleware(_Instrumented, metrics=metrics)
     errors.install(app)
     app.openapi = openapi.finish(app)  # type: ignore[method-assign]

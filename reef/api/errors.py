@@ -33,12 +33,10 @@ def error_response(
     return JSONResponse(body, status_code=status, headers={**extra, **(headers or {})} or None)
 
 
-async def _request_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestError)
-    return error_response(request, exc.status, exc.code, exc.message, exc.headers)
-
-
-async def _reef_error(request: Request, exc: Exception) -> JSONResponse:
+def reef_error_response(request: Request, exc: ReefError) -> JSONResponse:
+    """The answer to a Reef error: a request error's own status, 503 for the log, else 500."""
+    if isinstance(exc, RequestError):
+        return error_response(request, exc.status, exc.code, exc.message, exc.headers)
     if isinstance(exc, LogUnavailableError | UnknownTopicError):
         logger.warning("event log unavailable: %s", exc)
         return error_response(
@@ -49,6 +47,11 @@ async def _reef_error(request: Request, exc: Exception) -> JSONResponse:
         )
     logger.error("unexpected Reef error", exc_info=exc)
     return error_response(request, 500, "internal_error", str(exc))
+
+
+async def _reef_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ReefError)
+    return reef_error_response(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -67,7 +70,6 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(ReefError, _reef_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

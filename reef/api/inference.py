@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
@@ -165,6 +165,15 @@ def _answer_fingerprint(key: bytes | None, response: str | None) -> str | None:
     except ValueError:
         return None
     return fingerprints.answer_fingerprint(key, parsed)
+
+
+#: the recorded routes and their dialects (reef.api.hot_routes dispatches them first)
+INFERENCE_ROUTES: Final = {
+    "/v1/chat/completions": Dialect.OPENAI,
+    "/v1/responses": Dialect.OPENAI,
+    "/v1/messages": Dialect.ANTHROPIC,
+    "/v1/messages/count_tokens": Dialect.ANTHROPIC,
+}
 
 
 @router.post("/v1/chat/completions")
