@@ -166,6 +166,32 @@ class ReleaseRejected(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutStarted(Event):
+    """A held release began serving beside the head under a policy (reef.core.rollouts)."""
+
+    rollout_id: str
+    candidate_release_id: str
+    head_release_id: str
+    mode: str
+    share: float
+    min_exchanges: int
+    max_duration_s: float
+    alpha: float = 0.05
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutDecided(Event):
+    """A rollout ended: its candidate promoted or rolled back (reef.core.rollouts)."""
+
+    rollout_id: str
+    outcome: str
+    reason: str
+    figures_json: str = "{}"
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLoaded(Event):
     engine_id: str
     release_id: str
@@ -196,6 +222,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReleaseProposed,
         ReleaseCommitted,
         ReleaseRejected,
+        RolloutStarted,
+        RolloutDecided,
         EngineLoaded,
         EngineLoadFailed,
     )

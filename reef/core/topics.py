@@ -30,7 +30,7 @@ TOPIC_EVENTS: Final[dict[str, tuple[str, ...]]] = {
     TURNS: ("TurnCompleted", "SessionExpired"),
     JUDGEMENTS: ("TurnJudged",),
     RELEASE_PROPOSALS: ("ReleaseProposed",),
-    RELEASES: ("ReleaseCommitted", "ReleaseRejected"),
+    RELEASES: ("ReleaseCommitted", "ReleaseRejected", "RolloutStarted", "RolloutDecided"),
     ENGINE: ("EngineLoaded", "EngineLoadFailed"),
 }
 
