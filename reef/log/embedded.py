@@ -38,7 +38,7 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +100,11 @@ _READ_RECORDS: Final = (
 )
 _READ_COMPACTED: Final = _READ_RECORDS.replace("FROM records", "FROM compacted")
 _NO_LIMIT: Final = 2**63 - 1
+#: how often one query of the partition heads looks for other processes' appends
 _POLL_SECONDS: Final = 0.05
+#: the longest a follower sleeps with no append signalled (a safety net: the heads
+#: watcher signals every append, this process's or another's)
+_FOLLOW_WAIT_SECONDS: Final = 1.0
 #: reader connections kept open between reads (more are opened while more read at once)
 _IDLE_READERS: Final = 8
 
@@ -162,6 +166,7 @@ class EmbeddedLog:
         self.commits = 0
         self._idle_readers: list[sqlite3.Connection] = []
         self._pooling = True
+        self._heads_watcher: asyncio.Task[None] | None = None
 
     @property
     def partitions(self) -> int:
@@ -176,6 +181,11 @@ class EmbeddedLog:
         self._writer_task = asyncio.create_task(self._writer_loop(), name="reef-log-writer")
 
     async def close(self) -> None:
+        if self._heads_watcher is not None:
+            self._heads_watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heads_watcher
+            self._heads_watcher = None
         if self._writer_task is not None:
             self._writer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -261,7 +271,7 @@ class EmbeddedLog:
                 continue
             if stop is not None:
                 return
-            await self.wait_for_append(marker, _POLL_SECONDS)
+            await self.wait_for_append(marker, _FOLLOW_WAIT_SECONDS)
 
     async def read_snapshot(
         self, topics: Sequence[str], start: Mapping[str, Mapping[int, int]], limit: int
@@ -404,9 +414,13 @@ class EmbeddedLog:
         return {topic: self._versions.get(topic, 0) for topic in topics}
 
     async def wait_for_append(self, marker: Mapping[str, int], seconds: float) -> None:
-        """Return once one of the marker's topics got an append from this process since
-        the marker was taken, or after ``seconds`` (appends by other processes)."""
-
+        """Return once one of the marker's topics got an append since the marker was
+        taken (this process's at once, another process's within a poll interval of the
+        heads watcher), or after ``seconds``."""
+        if self._heads_watcher is None:
+            self._heads_watcher = asyncio.create_task(
+                self._watch_heads(), name="reef-log-heads-watcher"
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         while not any(self._versions.get(t, 0) != v for t, v in marker.items()):
@@ -418,10 +432,39 @@ class EmbeddedLog:
                     await self._appended.wait()
 
     def _mark_appended(self, records: Sequence[PendingAppend]) -> None:
-        for topic in {record.topic for record in records}:
+        self._bump({record.topic for record in records})
+
+    def _bump(self, topics: Iterable[str]) -> None:
+        for topic in topics:
             self._versions[topic] = self._versions.get(topic, 0) + 1
         self._appended.set()
         self._appended = asyncio.Event()
+
+    async def _watch_heads(self) -> None:
+        """Signal appends made by other processes (the processors child, other workers).
+
+        Followers used to find those by reading every partition of their topic each poll
+        interval: several queries per follower, 20 times a second, whether or not anything
+        was written. One query of the partition heads per interval finds every topic that
+        moved (a head only grows), and only that topic's followers read. The first poll
+        signals every topic, so an append made just before the watcher began is not missed.
+        """
+        seen: dict[str, int] = {}
+        while True:
+            heads = await asyncio.to_thread(self._read_heads)
+            moved = [topic for topic, total in heads.items() if seen.get(topic) != total]
+            seen = heads
+            if moved:
+                self._bump(moved)
+            await asyncio.sleep(_POLL_SECONDS)
+
+    def _read_heads(self) -> dict[str, int]:
+        """Each topic's total of next offsets: it grows with every append to the topic."""
+        with self._reader() as db:
+            rows = db.execute(
+                "SELECT topic, SUM(next_offset) FROM partition_heads GROUP BY topic"
+            ).fetchall()
+        return {str(topic): int(total) for topic, total in rows}
 
     # -- writer side -------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""Followers learn of another process's appends from one watcher of the partition heads.
+
+Another log on the same file stands in for another process (the processors child, another
+API worker): its appends are not signalled in this log's process. The heads watcher finds
+them within a poll interval, and a follower of a topic nobody writes does not read at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from reef.log.embedded import EmbeddedLog
+
+BUSY, QUIET = "busy", "quiet"
+
+
+@pytest.fixture
+async def logs(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedLog, EmbeddedLog]]:
+    reader, writer = EmbeddedLog(tmp_path / "log.sqlite3"), EmbeddedLog(tmp_path / "log.sqlite3")
+    await reader.start()
+    await writer.start()
+    await writer.ensure_topics([BUSY, QUIET])
+    try:
+        yield reader, writer
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_a_follower_sees_another_processes_append_within_a_poll_interval(
+    logs: tuple[EmbeddedLog, EmbeddedLog],
+) -> None:
+    reader, writer = logs
+    seen: list[float] = []
+
+    async def follow() -> None:
+        async for _ in reader.read(BUSY, follow=True):
+            seen.append(time.monotonic())
+            if len(seen) == 5:
+                return
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)  # the follower is waiting, its watcher running
+    delays = []
+    for i in range(5):
+        sent = time.monotonic()
+        await writer.append(BUSY, b"k", b"v%d" % i)
+        while len(seen) <= i:
+            await asyncio.sleep(0.005)
+        delays.append(seen[i] - sent)
+        await asyncio.sleep(0.1)
+    await follower
+    # the fallback wait is 1 s; the watcher polls every 50 ms (slack for a loaded machine)
+    assert max(delays) < 0.5, delays
+
+
+async def test_a_follower_of_a_quiet_topic_does_not_read_while_others_are_written(
+    logs: tuple[EmbeddedLog, EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = logs
+    reads: list[str] = []
+    chunk = reader._read_chunk
+
+    def counted(topic: str, *args: object, **kwargs: object) -> object:
+        reads.append(topic)
+        return chunk(topic, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader, "_read_chunk", counted)
+
+    async def follow() -> None:
+        async for _ in reader.read(QUIET, follow=True):
+            pass
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)  # the first read, and the watcher's first poll
+    before = len(reads)
+    for i in range(20):  # a second of another process writing a different topic
+        await writer.append(BUSY, b"k", b"v%d" % i)
+        await asyncio.sleep(0.05)
+    follower.cancel()
+    # before the watcher: a read of every partition each 50 ms (about 20 here)
+    assert len(reads) - before <= 2, reads
