@@ -248,6 +248,9 @@ class TurnJudged(Event):
     hints: list[str] = field(default_factory=list)
     next_state_role: str | None = None
     failed_reason: str | None = None
+    #: the hints sealed under the judged and next records' data keys (reef.crypto.hints);
+    #: ``hints`` is then empty, and readers open them
+    hints_sealed: bytes | None = None
 
     @property
     def failed(self) -> bool:

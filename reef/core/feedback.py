@@ -17,9 +17,13 @@ and duplicates. Rules, per ``TurnJudged``:
    its session, the judge model and the votes. Its content hash is the API's
    (:func:`report_content`), so a resend of the same content reads as a duplicate.
 
-The hints are stored as the judgement stores them (plain text in the event, like a
-client's report feedback); no body is read here. State: ``turn/<scenario>/<turn_id>``
-(the turn's outcome). No clock, no I/O: replay reproduces every report.
+The hints quote the conversation, so they are stored as the judgement stores them:
+sealed under the data keys of the turn's records (:mod:`reef.crypto.hints`), copied here
+verbatim as ``{"sealed_hints": ..., "receipts": [receipt, next receipt]}``, so erasing a
+record shreds them in the report and its sample too; only a judgement written in clear
+(no key ring, or from before hints were sealed) gives a list in clear. No key and no body
+is read here. State: ``turn/<scenario>/<turn_id>`` (the turn's outcome). No clock, no
+I/O: replay reproduces every report.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from reef.core import topics
 from reef.core.events import Event, ReportSubmitted, TurnJudged
 from reef.core.ids import content_hash, derived_id
+from reef.core.sealed import hint_records, sealed_hints_copy
 from reef.core.state import KeyValueState
 
 PRODUCER = "reef-feedback"
@@ -72,7 +77,7 @@ class FeedbackProcessor:
 def computed_report(judged: TurnJudged) -> ReportSubmitted:
     """The report a ±1 judgement stands for (pure: the same judgement, the same report)."""
     score = float(judged.score)
-    feedback = list(judged.hints) or None
+    feedback = hints_feedback(judged)
     references = [judged.receipt_id]
     metadata: dict[str, Any] = {
         "source": SOURCE,
@@ -94,3 +99,10 @@ def computed_report(judged: TurnJudged) -> ReportSubmitted:
         content_hash=content_hash(report_content(score, feedback, references, metadata)),
         reporter=REPORTER,
     )
+
+
+def hints_feedback(judged: TurnJudged) -> Any:
+    """A computed report's feedback: the sealed hints as they are, else the clear ones."""
+    if judged.hints_sealed is not None:
+        return sealed_hints_copy(judged.hints_sealed, hint_records(judged))
+    return list(judged.hints) or None

@@ -2,8 +2,10 @@
 
 With a key ring (:mod:`reef.crypto`) the store seals the bodies of every exchange it
 appends under a fresh per-record data key, appended in the same batch to the key topic,
-and :meth:`EventStore.read` (or :meth:`EventStore.open`) hands back readable events:
-bodies opened, or, when the key is gone, the event without content and ``erased`` set.
+and the hints of every judgement under the keys of the records they quote
+(:mod:`reef.crypto.hints`). :meth:`EventStore.read` (or :meth:`EventStore.open`) hands
+back readable events: bodies and hints opened (in exchanges, judgements, reports and
+samples), or, when a key is gone, the event without that content and ``erased`` set.
 :meth:`EventStore.decode` alone gives the stored form (sealed), which is what the stream
 processors and replay work on: their decisions never depend on a key.
 """
@@ -20,8 +22,17 @@ from reef.artifacts.claimcheck import ClaimCheck
 from reef.artifacts.errors import ArtifactError
 from reef.codec import EventCodec
 from reef.core.errors import CodecError, LogUnavailableError, ReefError
-from reef.core.events import Event, InferenceRecorded, RecordErased, SampleJoined, utc_now
+from reef.core.events import (
+    Event,
+    InferenceRecorded,
+    RecordErased,
+    ReportSubmitted,
+    SampleJoined,
+    TurnJudged,
+    utc_now,
+)
 from reef.core.ids import derived_id
+from reef.core.sealed import hint_records
 from reef.core.topics import topic_for
 from reef.crypto.bodies import (
     open_exchange,
@@ -30,6 +41,7 @@ from reef.crypto.bodies import (
     strip_exchange,
     trajectory_receipts,
 )
+from reef.crypto.hints import feedback_records, open_feedback, open_judgement, seal_judgement
 from reef.crypto.keyring import KeyRing, key_record, tombstone_record
 from reef.crypto.seal import new_data_key
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position, Scrubbable
@@ -42,7 +54,7 @@ class StoredEvent:
     record: LogRecord
     event: Event | None
     error: str | None = None
-    #: the content is gone (its data key was erased): ``event`` carries no body
+    #: the content is gone (a data key was erased): ``event`` carries no body or hint
     erased: bool = False
 
 
@@ -78,11 +90,13 @@ class EventStore:
     async def append_all(self, events: Sequence[Event]) -> list[Position]:
         """Encode all first, so one invalid event means nothing of the batch is written.
 
-        With a key ring, each exchange's data key goes in the same batch, before it.
+        With a key ring, each exchange's data key goes in the same batch, before it, and
+        each judgement's hints are sealed (dropped if a record they quote is erased).
         """
         keys: list[PendingAppend] = []
         if self.keys is not None:
             events, keys = _seal_all(events)
+            events = await self._seal_hints(events, keys)
         if self.claims is not None and any(
             _over_threshold(e, self.claims.threshold_bytes) for e in events
         ):
@@ -98,6 +112,18 @@ class EventStore:
         if self.observe_append is not None:
             self.observe_append(time.perf_counter() - started)
         return positions[len(keys) :]
+
+    async def _seal_hints(
+        self, events: Sequence[Event], fresh: Sequence[PendingAppend]
+    ) -> Sequence[Event]:
+        hinted = [e for e in events if isinstance(e, TurnJudged) and e.hints]
+        if not hinted:
+            return events
+        assert self.keys is not None
+        new = {p.key.decode(): p.value for p in fresh if p.key is not None and p.value}
+        wanted = {r for e in hinted for r in hint_records(e)} - set(new)
+        found = {**await self.keys.get_many(wanted), **new}
+        return [seal_judgement(e, found) if isinstance(e, TurnJudged) else e for e in events]
 
     async def erase(
         self,
@@ -152,8 +178,8 @@ class EventStore:
             yield stored if raw or self.keys is None else await self.open(stored)
 
     async def open(self, stored: StoredEvent) -> StoredEvent:
-        """The readable form: sealed bodies opened, or stripped and ``erased`` when the
-        key is gone. Without a key ring, the stored form unchanged."""
+        """The readable form: sealed bodies and hints opened, or stripped and ``erased``
+        when a key is gone. Without a key ring, the stored form unchanged."""
         event = stored.event
         if self.keys is None or event is None:
             return stored
@@ -169,18 +195,35 @@ class EventStore:
                 return replace(stored, event=opened)
             if isinstance(event, SampleJoined):
                 return await self._open_sample(stored, event)
+            if isinstance(event, TurnJudged) and event.hints_sealed is not None:
+                keys = await self.keys.get_many(hint_records(event))
+                judged, complete = open_judgement(event, keys)
+                return replace(stored, event=judged, erased=not complete)
+            if isinstance(event, ReportSubmitted):
+                feedback, complete = await self._open_feedback(event.feedback_json, event.scenario)
+                return replace(
+                    stored, event=replace(event, feedback_json=feedback), erased=not complete
+                )
         except (ReefError, LookupError, ValueError) as exc:
             return StoredEvent(stored.record, None, f"sealed content unreadable: {exc}")
         return stored
 
+    async def _open_feedback(self, feedback_json: str, scenario: str) -> tuple[str, bool]:
+        """A report's or sample's feedback with sealed hints opened (see open_feedback)."""
+        assert self.keys is not None
+        records = feedback_records(feedback_json)
+        if not records:
+            return feedback_json, True
+        return open_feedback(feedback_json, scenario, await self.keys.get_many(records))
+
     async def _open_sample(self, stored: StoredEvent, event: SampleJoined) -> StoredEvent:
         assert self.keys is not None
+        feedback, hints_opened = await self._open_feedback(event.feedback_json, event.scenario)
+        event = replace(event, feedback_json=feedback)
         trajectory = json.loads(event.trajectory_json or "[]")
-        if not isinstance(trajectory, list):
-            return stored
-        receipts = trajectory_receipts(trajectory)
+        receipts = trajectory_receipts(trajectory) if isinstance(trajectory, list) else []
         if not receipts:
-            return stored
+            return replace(stored, event=event, erased=not hints_opened)
         keys = await self.keys.get_many(receipts)
         if self.claims is not None and "sealed_claim" in event.trajectory_json:
             opened, complete = await asyncio.to_thread(
@@ -189,7 +232,7 @@ class EventStore:
         else:
             opened, complete = open_trajectory(trajectory, event.scenario, keys)
         view = replace(event, trajectory_json=json.dumps(opened))
-        return replace(stored, event=view, erased=not complete)
+        return replace(stored, event=view, erased=not (complete and hints_opened))
 
     def _fetch(self, ref: str) -> bytes:
         if self.claims is None:

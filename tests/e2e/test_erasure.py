@@ -4,7 +4,12 @@ bodies can be recovered, on the embedded log and on Kafka.
 Each deployment serves exchanges whose request and response carry unique markers (one
 large enough to be claim-checked: ``REEF_CLAIM_CHECK_BYTES=1024``), reports on them so
 the join makes samples (one sample spans two records), captures the data keys, erases
-two records and then checks every place the content could be:
+two records and then checks every place the content could be. It also tracks sessions
+and judges turns with hints on (the scripted judge stand-in): an agent session whose
+user corrects the first answer ("no, <reply>") gets a judgement with the hint "The user
+said: <reply>", a report computed from it and a sample; erasing the record that holds
+the reply (the next turn's) must shred the hint in all three, while the judged turn's
+own record stays. The places checked:
 
 * the log's raw bytes: every file of the embedded state dir (SQLite database and WAL,
   the artifact store with the claim-checked objects, logs) — or, on Kafka, every record
@@ -13,7 +18,8 @@ two records and then checks every place the content could be:
 * the erased data keys themselves (absent everywhere: nothing can decrypt the sealed
   copies that stay in the immutable log);
 * the records API, ``reef export`` of every topic, ``reef replay`` (whose live and
-  replayed digests still agree), ``reef audit trail`` and the joined samples.
+  replayed digests still agree), ``reef audit trail``, the joined samples, the
+  judgements and the reports.
 
 The records that were not erased stay readable everywhere.
 """
@@ -34,7 +40,8 @@ import httpx
 import pytest
 
 from reef.core import topics
-from reef.core.events import InferenceRecorded, SampleJoined
+from reef.core.events import InferenceRecorded, ReportSubmitted, SampleJoined, TurnJudged
+from reef.core.feedback import report_id as computed_report_id
 from reef.crypto.rings import open_keyring
 from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
@@ -42,7 +49,17 @@ from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import StoredEvent
 from reef.stack import kafka as stack_kafka
 from reef.stack.paths import StackSettings
-from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
+from reef.testing.servers import (
+    ManagedProcess,
+    ReefProcess,
+    UpstreamProcess,
+    clean_env,
+    reef_executable,
+    run_reef,
+    running_upstream,
+    spawn,
+    start_reef,
+)
 from reef.wiring import readable_store
 from tests.support.api import assert_reef_error, chat_body, unique_scenario
 from tests.support.streams import start_streams
@@ -156,18 +173,39 @@ def files_bytes(root: Path) -> bytes:
 
 
 ENV = {"REEF_CLAIM_CHECK_BYTES": "1024", "REEF_JOIN_PARK_TIMEOUT_S": "30"}
+#: sessions tracked and turns judged with hints (on Kafka: reef streams and reef judge)
+JUDGE_ENV = {
+    "REEF_TRACK_SESSIONS": "true",
+    "REEF_FINGERPRINT_SECRET": "e2e-erasure-secret",
+    "REEF_JUDGE_TURNS": "true",
+    "REEF_JUDGE_HINTS": "true",
+    "REEF_JUDGE_TIMEOUT_S": "30",
+}
+#: an untagged request is a session's turn only when it offers tools (else a side call)
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def judge_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
+    """The scripted judge; its logs (the prompts quote the conversation) are the judge
+    provider's, outside the deployment's directories."""
+    logs = tmp_path_factory.mktemp("erasure-judge")
+    with running_upstream(logs, "reef.testing.judge_upstream") as judge:
+        yield judge
 
 
 @pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def deployment(
     request: pytest.FixtureRequest,
     upstream: UpstreamProcess,
+    judge_upstream: UpstreamProcess,
     tmp_path_factory: pytest.TempPathFactory,
     reef_stack_settings: StackSettings,
 ) -> Iterator[Deployment]:
     token = f"adm-{secrets.token_hex(8)}"
     work = tmp_path_factory.mktemp(f"erasure-{request.param}")
-    env = {**ENV, "REEF_TOKEN": token, "REEF_UPSTREAM_API_KEY": "sk-up-erasure"}
+    env = {**ENV, **JUDGE_ENV, "REEF_TOKEN": token, "REEF_UPSTREAM_API_KEY": "sk-up-erasure"}
+    env["REEF_JUDGE_URL"] = judge_upstream.v1_url
     scenario = unique_scenario("erase")
     if request.param == "embedded":
         state = work / "state"
@@ -193,10 +231,16 @@ def deployment(
     env["REEF_KEY_TOPIC_SEGMENT_MS"] = "1000"  # so the test sees the cleaner at work
     created = run_reef("topics", "create", *flags, env=env)
     assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(bootstrap, prefix, work / "streams")
+    # reef streams hosts the sessions and feedback processors beside the join
+    hosted = {"REEF_TRACK_SESSIONS": "true", "REEF_JUDGE_TURNS": "true"}
+    worker = start_streams(bootstrap, prefix, work / "streams", hosted)
     process: ReefProcess | None = None
+    judge: ManagedProcess | None = None
     try:
         process = start_reef([*kafka, "--upstream-url", upstream.v1_url], env=env, state_dir=state)
+        judge = spawn(
+            [reef_executable(), "judge", *flags], env=clean_env(env), log_dir=work, name="judge"
+        )
         worker.wait_ready()
         from reef.log.kafka import KafkaLog
 
@@ -214,6 +258,8 @@ def deployment(
     finally:
         if process is not None:
             process.stop()
+        if judge is not None:
+            judge.stop()
         worker.managed.stop(timeout=20)
         _run(delete_prefixed_topics(bootstrap, prefix))
 
@@ -256,6 +302,49 @@ def fate(dep: Deployment, report_id: str) -> dict[str, Any]:
         time.sleep(0.1)
 
 
+def judged_session(dep: Deployment) -> tuple[Exchange, Exchange]:
+    """An agent session of two turns whose user corrects the first answer ("no, ..."): the
+    judge scores turn 1 -1 with the hint "The user said: <the reply>"; the reply (with its
+    markers) is the second turn's request."""
+    tag = uuid.uuid4().hex[:12]
+    first = Exchange(f"asked-h1-{tag}", f"answered-h1-{tag}")
+    reply = Exchange(f"replied-h2-{tag}", f"answered-h2-{tag}")
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"question {first.asked} Return exactly: {first.answered}"}
+    ]
+    with dep.client() as client:
+        for exchange in (first, reply):
+            body = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+            exchange.receipt = response.headers["x-reef-agent-record-id"]
+            said = response.json()["choices"][0]["message"]
+            text = f"no, {reply.asked} is what I meant. Return exactly: {reply.answered}"
+            messages = [*messages, said, {"role": "user", "content": text}]
+    dep.exchanges["h1"], dep.exchanges["h2"] = first, reply
+    return first, reply
+
+
+def judgement_of(dep: Deployment, receipt: str) -> StoredEvent:
+    """The (opened) judgement of the turn ``receipt``, once the judge appended it."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        for stored in dep.stored(topics.JUDGEMENTS):
+            if isinstance(stored.event, TurnJudged) and stored.event.receipt_id == receipt:
+                return stored
+        assert time.monotonic() < deadline, f"turn {receipt} not judged in {TIMEOUT:.0f}s"
+        time.sleep(0.2)
+
+
+def computed_report(dep: Deployment, report_id: str) -> StoredEvent:
+    (found,) = [
+        s
+        for s in dep.stored(topics.REPORTS)
+        if isinstance(s.event, ReportSubmitted) and s.event.event_id == report_id
+    ]
+    return found
+
+
 def erase(dep: Deployment, receipt: str, scenario: str | None = None) -> httpx.Response:
     with dep.client() as client:
         return client.delete(f"/reef/scenarios/{scenario or dep.scenario}/records/{receipt}")
@@ -291,10 +380,20 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     two_records = report(dep, "a", "b")  # one sample, two records, one of them erased
     only_c = report(dep, "c")
     only_d = report(dep, "d")
-    for report_id in (two_records, only_c, only_d):
+    judged_h1, erased_h2 = judged_session(dep)  # erased: the record holding the user's reply
+    judged = judgement_of(dep, judged_h1.receipt)
+    assert isinstance(judged.event, TurnJudged) and judged.event.score == -1
+    hinted = computed_report_id(dep.scenario, judged.event.turn_id)
+    for report_id in (two_records, only_c, only_d, hinted):
         assert fate(dep, report_id)["status"] == "accepted"
+    # while the keys exist the hint reads back: in the judgement and the computed report
+    (hint,) = judged.event.hints
+    assert hint.startswith("The user said: no, ") and erased_h2.asked in hint, hint
+    hinted_report = computed_report(dep, hinted).event
+    assert isinstance(hinted_report, ReportSubmitted)
+    assert json.loads(hinted_report.feedback_json) == [hint]
 
-    receipts = [e.receipt for e in (erased_a, kept_b, erased_c, kept_d)]
+    receipts = [e.receipt for e in (erased_a, kept_b, erased_c, kept_d, judged_h1, erased_h2)]
     keys = dep.keys(receipts)
     assert set(keys) == set(receipts), "every exchange has its data key"
     # the embedded log and the artifact store hold only sealed bodies, even now
@@ -309,7 +408,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     ]
 
     # -- erase ---------------------------------------------------------------------------
-    for exchange in (erased_a, erased_c):
+    for exchange in (erased_a, erased_c, erased_h2):
         answer = erase(dep, exchange.receipt)
         assert answer.status_code == 200, answer.text
         assert answer.json() == {
@@ -330,12 +429,13 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     assert rejected["status"] == "rejected" and rejected["reason"] == "erased", rejected
 
     if dep.name == "kafka":
-        for exchange in (erased_a, erased_c):
+        for exchange in (erased_a, erased_c, erased_h2):
             wait_for_cleaned_key(dep, exchange.receipt, keys[exchange.receipt])
 
     # -- no byte left ---------------------------------------------------------------------
-    gone = [m for e in (erased_a, erased_c) for m in e.markers]
-    gone_keys = [keys[erased_a.receipt], keys[erased_c.receipt]]
+    # erased_h2's markers are the user's reply: also in the hint of judged_h1's judgement
+    gone = [m for e in (erased_a, erased_c, erased_h2) for m in e.markers]
+    gone_keys = [keys[e.receipt] for e in (erased_a, erased_c, erased_h2)]
     kept = [m for e in (kept_b, kept_d) for m in e.markers]
     raw = dep.raw_topics()
     for secret in gone + gone_keys:
@@ -364,7 +464,23 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
         assert marker.decode() in listed.text
     assert kept_b.asked in kept_one.json()["request"]["messages"][0]["content"]
     erased_rows = [r for r in listed.json()["records"] if r.get("erased")]
-    assert {r["agent_record_id"] for r in erased_rows} == {erased_a.receipt, erased_c.receipt}
+    assert {r["agent_record_id"] for r in erased_rows} == {
+        erased_a.receipt,
+        erased_c.receipt,
+        erased_h2.receipt,
+    }
+
+    # -- the judgement and the report computed from it: the decision stays, the hint not --
+    after = judgement_of(dep, judged_h1.receipt)
+    assert isinstance(after.event, TurnJudged) and after.erased
+    assert after.event.hints == [] and after.event.score == -1
+    shredded = computed_report(dep, hinted)
+    assert isinstance(shredded.event, ReportSubmitted) and shredded.erased
+    assert shredded.event.feedback_json == "null"
+    for topic in (topics.JUDGEMENTS, topics.REPORTS):
+        for stored in dep.stored(topic):
+            for secret in gone:
+                assert secret.decode() not in repr(stored.event), (topic, stored)
 
     # -- samples: a sample with an erased record is unreadable, lineage stays -------------
     samples = {
@@ -374,6 +490,9 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     }
     assert samples[two_records].erased and samples[only_c].erased
     assert not samples[only_d].erased
+    # its record is kept, but its hint quotes an erased one: the trainer skips it
+    assert samples[hinted].erased
+    assert samples[hinted].event.feedback_json == "null"  # type: ignore[union-attr]
     assert kept_d.answered in samples[only_d].event.trajectory_json  # type: ignore[union-attr]
     two = samples[two_records].event
     assert isinstance(two, SampleJoined) and two.references == [erased_a.receipt, kept_b.receipt]
@@ -381,6 +500,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
         assert isinstance(stored.event, SampleJoined), stored
         for secret in gone:
             assert secret.decode() not in stored.event.trajectory_json
+            assert secret.decode() not in stored.event.feedback_json
 
     # -- reef export / replay / audit ------------------------------------------------------
     exported = b""
@@ -407,3 +527,8 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     assert [s["event_id"] for s in trail["samples"]] == [two.event_id]
     for secret in gone:
         assert secret.decode() not in json.dumps(trail)
+    judged_trail = json.loads(dep.cli("audit", "trail", judged_h1.receipt))
+    assert judged_trail["turn"]["judgement"]["score"] == -1
+    assert judged_trail["turn"]["judgement"]["hints"] == 0
+    for secret in gone:
+        assert secret.decode() not in json.dumps(judged_trail)

@@ -88,6 +88,11 @@ async def test_turns_are_judged_by_plurality_and_a_failure_keeps_its_reason(
     assert scores == [1, -1, 0, 0]
     assert found[turns[0].event_id].votes == [1, 1, 1]
     assert found[turns[1].event_id].hints == ["The user said: no, it is 4"]
+    # as stored, the hint (it quotes the user) is sealed: erasing a record shreds it
+    stored = [s.event async for s in store.read(topics.JUDGEMENTS, raw=True)]
+    (hinted,) = [j for j in stored if isinstance(j, TurnJudged) and j.hints_sealed]
+    assert hinted.turn_id == turns[1].event_id and hinted.hints == []
+    assert all(not j.hints for j in stored if isinstance(j, TurnJudged))
     failed = found[turns[3].event_id]
     assert failed.failed and failed.invalid_votes == 3
     assert failed.failed_reason is not None and "HTTP 500" in failed.failed_reason
