@@ -7,6 +7,7 @@ from datetime import timedelta
 from reef.core.chain import ReleaseChainProcessor
 from reef.core.feedback import FeedbackProcessor
 from reef.core.join import JoinProcessor, JoinSettings
+from reef.core.rollout_control import RolloutController
 from reef.core.sessions import SessionProcessor, SessionSettings
 from reef.core.state import Processor
 from reef.settings import Settings
@@ -33,4 +34,6 @@ def processors(settings: Settings) -> list[Processor]:
         hosted.append(SessionProcessor(session_settings(settings)))
         if settings.judge_turns:  # judged turns become reports (reef.core.feedback)
             hosted.append(FeedbackProcessor())
+    if settings.rollouts:  # live outcomes decide canary releases (reef.core.rollout_control)
+        hosted.append(RolloutController())
     return hosted

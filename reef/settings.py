@@ -155,6 +155,11 @@ class Settings(BaseModel):
     )
     judge_max_tokens: int = Field(1024, ge=1, description="Largest judge reply, in tokens.")
     judge_temperature: float = Field(0.6, ge=0, description="Sampling temperature of votes.")
+    rollouts: bool = Field(
+        False,
+        description="Run the rollout controller (canary releases decided by live outcomes) "
+        "with the other processors, and accept rollouts; set it on API replicas and workers.",
+    )
 
     artifacts: Literal["local", "s3"] = Field("local", description="Artifact store backend.")
     s3_endpoint: str = Field("http://127.0.0.1:9000", description="S3 endpoint URL.")

@@ -17,9 +17,10 @@ Protocol of a batch (per task, for the records one poll returned for its partiti
    committed store, in chunks of a few hundred records with a yield to the event loop
    between them (the keys a chunk's steps will read, when a processor names them, are
    first read from the store in one ``multi_get``). Nothing leaves the process yet.
-2. ``begin_transaction``; send the outputs (partition *n* of each processor's output
-   topic), one changelog record per changed key (the last value: writes coalesce), and
-   the next input offsets (``send_offsets_to_transaction``); ``commit_transaction``.
+2. ``begin_transaction``; send the outputs (partition *n* of each output's topic: the
+   topic of its event type), one changelog record per changed key (the last value:
+   writes coalesce), and the next input offsets (``send_offsets_to_transaction``);
+   ``commit_transaction``.
 3. Only after the commit, write the changes into the store.
 
 A crash (or any failed send or commit: the worker then exits with status 75 without
@@ -83,7 +84,7 @@ from reef.core.collector import collector_paused
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
 from reef.core.state import Processor, ReadHinting, WriteBuffer
-from reef.core.topics import STREAMS_APP_ID
+from reef.core.topics import STREAMS_APP_ID, topic_for
 from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
 from reef.settings import Settings
@@ -161,7 +162,6 @@ class Hosted:
 
     processor: Processor
     inputs: tuple[str, ...]
-    output: str
     changelog: str
 
 
@@ -206,7 +206,6 @@ class StreamsHost:
             Hosted(
                 p,
                 tuple(prefix + t for t in p.inputs),
-                prefix + p.output,
                 changelog_topic(self.group, p.name),
             )
             for p in (processors if processors is not None else configured_processors(settings))
@@ -221,6 +220,8 @@ class StreamsHost:
                 self.readers[topic].append(hosted)
         #: merge order of records with equal timestamps (as the embedded host orders them)
         self._topic_rank = {topic: i for i, topic in enumerate(self.readers)}
+        #: output event type -> its (prefixed) topic
+        self._output_topics: dict[str, str] = {}
         self.data_dir = data_dir
         self.codec = EventCodec()
         self._fatal = on_fatal
@@ -459,7 +460,16 @@ class StreamsHost:
             for hosted in self.readers[topic]:
                 for output in hosted.processor.step(buffers[hosted.processor.name], event):
                     value, headers = self.codec.encode(output)
-                    outputs.append((hosted.output, output.scenario.encode(), value, headers))
+                    topic = self._output_topics.get(output.type_name()) or self._output(output)
+                    outputs.append((topic, output.scenario.encode(), value, headers))
+
+    def _output(self, event: Event) -> str:
+        """The topic an output goes to: its event type's (a processor may write more than
+        one type, as the embedded host allows: the rollout controller's decisions and
+        promote proposals), under the deployment's prefix."""
+        name = event.type_name()
+        topic = self._output_topics[name] = self.settings.kafka_topic_prefix + topic_for(name)
+        return topic
 
     def _decode(self, message: Any) -> Event | None:
         try:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Final
+from typing import Any, Final
 
 #: the largest fraction of wealth bet on one difference (any cap below 1 keeps validity)
 MAX_BET: Final = 0.5
@@ -93,6 +93,30 @@ class BettingTest:
         self._variance = (PRIOR_VARIANCE + self._deviations) / (t + 1)
         self.count = t
 
+    def snapshot(self) -> list[float]:
+        """The test's whole state as JSON-ready numbers (exact through JSON: floats
+        round-trip by their shortest repr), for a processor's key-value state."""
+        return [
+            self.count,
+            self._sum,
+            self._deviations,
+            self._mean,
+            self._variance,
+            self._log_up,
+            self._log_down,
+            self.max_log_up,
+            self.max_log_down,
+        ]
+
+    @classmethod
+    def restored(cls, values: list[float]) -> BettingTest:
+        """The test :meth:`snapshot` was taken of."""
+        test = cls()
+        (count, test._sum, test._deviations, test._mean, test._variance) = values[:5]
+        (test._log_up, test._log_down, test.max_log_up, test.max_log_down) = values[5:]
+        test.count = int(count)
+        return test
+
     @property
     def p_up(self) -> float:
         """Always-valid p-value against "the mean is at most 0"."""
@@ -134,6 +158,27 @@ class PairedDifference:
             else:
                 self._heads.append(self._group_sum / self.group)
             self._group_sum, self._group_count = 0.0, 0
+
+    def snapshot(self) -> dict[str, object]:
+        """The pairing's whole state, JSON-ready (see :meth:`BettingTest.snapshot`)."""
+        return {
+            "group": self.group,
+            "test": self.test.snapshot(),
+            "group_sum": self._group_sum,
+            "group_count": self._group_count,
+            "heads": list(self._heads),
+            "candidates": list(self._candidates),
+        }
+
+    @classmethod
+    def restored(cls, values: dict[str, Any]) -> PairedDifference:
+        paired = cls(int(values["group"]))
+        paired.test = BettingTest.restored(values["test"])
+        paired._group_sum = float(values["group_sum"])
+        paired._group_count = int(values["group_count"])
+        paired._heads.extend(values["heads"])
+        paired._candidates.extend(values["candidates"])
+        return paired
 
     def add_candidate(self, x: float) -> None:
         _check_outcome(x)

@@ -115,6 +115,16 @@ class ArmTally:
         self.exchanges = self.errors = self.scores = 0
         self.score_sum = 0.0
 
+    def snapshot(self) -> list[float]:
+        return [self.exchanges, self.errors, self.scores, self.score_sum]
+
+    @classmethod
+    def restored(cls, values: list[float]) -> ArmTally:
+        tally = cls()
+        exchanges, errors, scores, tally.score_sum = values
+        tally.exchanges, tally.errors, tally.scores = int(exchanges), int(errors), int(scores)
+        return tally
+
     def figures(self) -> dict[str, Any]:
         return {
             "exchanges": self.exchanges,
@@ -138,6 +148,25 @@ class LiveComparison:
         self.errors = PairedDifference(rule.head_group)
         #: a test decides once its log-wealth reaches log(1/alpha)
         self._threshold = math.log(1.0 / rule.alpha)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Both arms' state, JSON-ready and exact (the rule is the caller's to keep): a
+        processor stores it between events and :meth:`restored` continues where it was."""
+        return {
+            "head": self.head.snapshot(),
+            "candidate": self.candidate.snapshot(),
+            "scores": self.scores.snapshot(),
+            "errors": self.errors.snapshot(),
+        }
+
+    @classmethod
+    def restored(cls, rule: DecisionRule, values: dict[str, Any]) -> LiveComparison:
+        comparison = cls(rule)
+        comparison.head = ArmTally.restored(values["head"])
+        comparison.candidate = ArmTally.restored(values["candidate"])
+        comparison.scores = PairedDifference.restored(values["scores"])
+        comparison.errors = PairedDifference.restored(values["errors"])
+        return comparison
 
     def record_exchange(self, arm: Arm, *, error: bool) -> None:
         """An exchange the arm served (``error``: it failed: no complete answer)."""

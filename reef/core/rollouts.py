@@ -36,9 +36,9 @@ would multiply the false-promotion rate. The head the API serves is still the ch
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from reef.core.events import Event, ReleaseCommitted, RolloutDecided, RolloutStarted
 from reef.core.live_decision import REASONS, DecisionRule
@@ -146,6 +146,55 @@ class ScenarioRollouts:
     def marks(self, release_id: str) -> list[str]:
         """The outcomes of the rollouts this release was the candidate of."""
         return [r.status for r in self.rollouts if r.candidate_release_id == release_id]
+
+    def snapshot(self) -> dict[str, Any]:
+        """This state as JSON-ready values (sets sorted), for a processor's state."""
+        return {
+            "head": self.head,
+            "releases": sorted(self.releases),
+            "held": sorted(self.held),
+            "rollouts": [_rollout_json(r) for r in self.rollouts],
+            "seen": sorted(self.seen),
+        }
+
+    @classmethod
+    def restored(cls, values: dict[str, Any]) -> ScenarioRollouts:
+        return cls(
+            head=values["head"],
+            releases=set(values["releases"]),
+            held=set(values["held"]),
+            rollouts=[_rollout_of(r) for r in values["rollouts"]],
+            seen=set(values["seen"]),
+        )
+
+
+def _rollout_json(rollout: Rollout) -> dict[str, Any]:
+    return {
+        "rollout_id": rollout.rollout_id,
+        "head_release_id": rollout.head_release_id,
+        "candidate_release_id": rollout.candidate_release_id,
+        "policy": asdict(rollout.policy),
+        "started_at": rollout.started_at.isoformat(),
+        "status": rollout.status,
+        "reason": rollout.reason,
+        "ended_at": None if rollout.ended_at is None else rollout.ended_at.isoformat(),
+        "figures_json": rollout.figures_json,
+    }
+
+
+def _rollout_of(values: dict[str, Any]) -> Rollout:
+    ended = values["ended_at"]
+    return Rollout(
+        rollout_id=values["rollout_id"],
+        head_release_id=values["head_release_id"],
+        candidate_release_id=values["candidate_release_id"],
+        policy=RolloutPolicy(**values["policy"]),
+        started_at=datetime.fromisoformat(values["started_at"]),
+        status=values["status"],
+        reason=values["reason"],
+        ended_at=None if ended is None else datetime.fromisoformat(ended),
+        figures_json=values["figures_json"],
+    )
 
 
 @dataclass(slots=True)
