@@ -18,7 +18,17 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef import __version__
-from reef.api import errors, harness, inference, openapi, releases, reports, scenarios, system
+from reef.api import (
+    errors,
+    harness,
+    inference,
+    openapi,
+    releases,
+    reports,
+    rollouts,
+    scenarios,
+    system,
+)
 from reef.api.context import AppContext, watch_processor_lag
 from reef.api.hot_routes import HotRoutes
 from reef.api.metrics import Metrics
@@ -63,7 +73,7 @@ def build_app(settings: Settings, open_context: OpenContext) -> FastAPI:
     app.add_middleware(_Instrumented, metrics=metrics)
     errors.install(app)
     app.openapi = openapi.finish(app)  # type: ignore[method-assign]
-    for module in (system, inference, reports, scenarios, releases, harness):
+    for module in (system, inference, reports, scenarios, releases, rollouts, harness):
         app.include_router(module.router)
     return app
 

@@ -1,7 +1,8 @@
 """The inference routes: serve a provider-native request, record it, hand back a receipt.
 
-Order for every exchange: authenticate → validate → bind the scenario → freeze the head
-release → call upstream → append InferenceRecorded and wait for the log's acknowledgement
+Order for every exchange: authenticate → validate → bind the scenario → freeze the release
+that serves it (a pinned one, else the head, or during a rollout the arm its routing key
+draws) → call upstream → append InferenceRecorded and wait for the log's acknowledgement
 → only then return the receipt. If the append fails the client gets 503 and no receipt;
 an upstream failure is relayed and writes nothing.
 """
@@ -34,7 +35,7 @@ from reef.api.dialects import (
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.pins import pinned_release
 from reef.api.upstream import UpstreamReply, relayed_status
-from reef.core import fingerprints
+from reef.core import fingerprints, routing
 from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
@@ -240,6 +241,19 @@ def _ask_token_record(body: dict[str, Any], settings: Settings) -> bool:
     return changed
 
 
+def routed_release(state: ApiState, scenario: str, tags: dict[str, str], receipt: str) -> str:
+    """The release an unpinned exchange is served by: the head, or during a rollout the
+    arm :func:`reef.core.routing.route` draws for its routing key (the session tag,
+    else the receipt). Without a rollout this is two look-ups: no hashing."""
+    book = state.rollouts
+    rollouts = book.scenario(scenario)
+    current = None if rollouts is None else rollouts.current
+    if current is None or current.status not in ("active", "promoted"):
+        return state.scenarios[scenario].head
+    chosen = routing.route(scenario, routing.routing_key(tags.get("session"), receipt), book)
+    return state.scenarios[scenario].head if chosen is None else chosen.release_id
+
+
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     ctx = context_of(request)
     started = time.perf_counter()
@@ -259,16 +273,18 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     pinned = pinned_release(request, ctx, scenario)
     view, _ = await registry.ensure(ctx, scenario)
     key = _fingerprint_key(ctx, scenario)
+    receipt = new_receipt(scenario)
+    tags = tags_of(request)
     exchange = Exchange(
-        receipt=new_receipt(scenario),
+        receipt=receipt,
         scenario=scenario,
         route=route,
         dialect=dialect.value,
-        release_id=pinned or view.head,
+        release_id=pinned or routed_release(ctx.projection.state, scenario, tags, receipt),
         request_json=raw.decode(),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         stream=body.get("stream") is True,
-        tags=tags_of(request),
+        tags=tags,
         started=started,
         releases=frozenset(r.release_id for r in view.releases),
         fingerprint_key=key,

@@ -85,6 +85,18 @@ RELEASE_BODY: Final[dict[str, Any]] = {
     "required": ["release_id"],
     "properties": {"release_id": {"type": "string", "minLength": 1}},
 }
+ROLLOUT_BODY: Final[dict[str, Any]] = {
+    "type": "object",
+    "required": ["release_id", "share"],
+    "properties": {
+        "release_id": {"type": "string", "minLength": 1, "description": "A pending release."},
+        "mode": {"type": "string", "enum": ["canary"], "default": "canary"},
+        "share": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "min_exchanges": {"type": "integer", "minimum": 1, "default": 100},
+        "max_duration_s": {"type": "number", "exclusiveMinimum": 0, "default": 86400},
+        "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    },
+}
 LFS_BATCH_BODY: Final[dict[str, Any]] = {
     "type": "object",
     "required": ["operation", "objects"],

@@ -78,7 +78,7 @@ async def _republish(request: Request, scenario: str, operation: str) -> JSONRes
         raise RequestError(409, "not_pending", f"release {wanted!r} is not pending")
     if operation == "rollback" and target.pending:
         raise RequestError(409, "pending_release", "a pending release is served by promote")
-    await _require_restorable(ctx, target)
+    await require_restorable(ctx, target)
     proposal_id = uuid.uuid4().hex
     await ctx.store.append(
         ReleaseProposed(
@@ -93,6 +93,15 @@ async def _republish(request: Request, scenario: str, operation: str) -> JSONRes
             target_release_id=target.release_id,
         )
     )
+    release = await chain_decision(ctx, scenario, proposal_id, operation)
+    return JSONResponse({"scenario": scenario, **release})
+
+
+async def chain_decision(
+    ctx: AppContext, scenario: str, proposal_id: str, operation: str
+) -> dict[str, Any]:
+    """The release the chain committed for a proposal (the new head), once it decides:
+    409 with the chain's reason if it rejected it, 503 if it has not decided in time."""
     decided = await ctx.projection.wait_until(
         lambda state: proposal_id in state.decisions, DECISION_SECONDS
     )
@@ -105,11 +114,12 @@ async def _republish(request: Request, scenario: str, operation: str) -> JSONRes
     outcome, detail = ctx.projection.state.decisions[proposal_id]
     if outcome == "rejected":
         raise RequestError(409, detail, f"the release chain rejected the {operation}: {detail}")
-    release = find_release(ctx.projection.state.scenarios[scenario], detail)
-    return JSONResponse({"scenario": scenario, **release.as_json(detail)})
+    return find_release(ctx.projection.state.scenarios[scenario], detail).as_json(detail)
 
 
-async def _require_restorable(ctx: AppContext, release: ReleaseView) -> None:
+async def require_restorable(ctx: AppContext, release: ReleaseView) -> None:
+    """409 unless every artifact object of the release's content is in the store."""
+
     def check() -> list[str]:
         return missing_objects(ctx.content.store, ctx.content.load(release.content_id))
 

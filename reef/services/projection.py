@@ -1,5 +1,5 @@
-"""The API's read model: scenarios, release chains, report ids and turn figures, folded
-from the log.
+"""The API's read model: scenarios, release chains, rollouts, report ids and turn figures,
+folded from the log.
 
 :class:`ApiState` is a pure fold over events (no I/O). :class:`ProjectionFollower`
 feeds it by following the topics in ``FOLLOWED_TOPICS`` from the beginning (scenarios,
@@ -28,6 +28,8 @@ from reef.core.events import (
     ReleaseRejected,
     ReportRejected,
     ReportSubmitted,
+    RolloutDecided,
+    RolloutStarted,
     SampleJoined,
     ScenarioCreated,
     SessionExpired,
@@ -35,6 +37,7 @@ from reef.core.events import (
     TurnJudged,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, content_hash
+from reef.core.rollouts import RolloutBook
 from reef.log.base import Position
 from reef.services.eventstore import EventStore, StoredEvent
 
@@ -177,6 +180,8 @@ class ApiState:
         #: event per id counts: a redelivered turn or a raced judgement is one fact)
         self.turns: dict[str, TurnFigures] = {}
         self._turn_facts: set[str] = set()
+        #: each scenario's head, held releases and rollouts (the pure fold routing reads)
+        self.rollouts = RolloutBook()
 
     def samples_pending(self) -> int:
         return sum(1 for sample in self.sample_reports if sample not in self.consumed)
@@ -198,6 +203,13 @@ class ApiState:
         }
         if self.turns:  # absent without sessions: such a deployment's digest is unchanged
             body["turns"] = sorted([name, f.as_json()] for name, f in self.turns.items())
+        rollouts = sorted(
+            [name, [[r.rollout_id, r.status, r.reason or ""] for r in view.rollouts]]
+            for name, view in self.rollouts.scenarios.items()
+            if view.rollouts
+        )
+        if rollouts:  # absent until a rollout starts, like the turns
+            body["rollouts"] = rollouts
         return content_hash(body)
 
     def apply(self, event: Event) -> None:
@@ -205,6 +217,9 @@ class ApiState:
             self._created(event)
         elif isinstance(event, ReleaseCommitted):
             self._committed(event)
+            self.rollouts.apply(event)
+        elif isinstance(event, RolloutStarted | RolloutDecided):
+            self.rollouts.apply(event)
         elif isinstance(event, ReportSubmitted):
             self.reports.setdefault(
                 (event.scenario, event.event_id), ReportView(event.scenario, event.content_hash)
