@@ -51,7 +51,7 @@ from reef.log.base import EventLog
 from reef.services.eventstore import EventStore
 from reef.services.judge import in_process_judge
 from reef.services.projection import ProjectionFollower
-from reef.services.replay import DurableTables
+from reef.services.replay import DurableRows, DurableTables
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
 from streams import changelog
@@ -145,6 +145,7 @@ async def serving_context(
             seed_content_id=seed,
             trainer=trainer,
             judge=judge,
+            durable_rows=durable_rows(settings) if settings.rollouts else None,
         )
         stack.push_async_callback(ctx.drain)
         yield ctx
@@ -198,3 +199,10 @@ def durable_tables(settings: Settings) -> DurableTables:
     if settings.log == "embedded":
         return embedded_host.durable_tables
     return changelog.durable_tables
+
+
+def durable_rows(settings: Settings) -> DurableRows:
+    """How to read some rows of one processor's durable state (the API's rollout figures)."""
+    if settings.log == "embedded":
+        return embedded_host.durable_rows
+    return changelog.durable_rows

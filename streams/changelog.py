@@ -38,6 +38,13 @@ async def changelog_table(log: EventLog, name: str) -> dict[str, Any]:
     return table
 
 
+async def durable_rows(log: EventLog, processor: str, prefix: str) -> dict[str, Any]:
+    """One processor's durable rows whose keys start with ``prefix`` (its whole changelog
+    is read: a table read this way should be small, like the rollout controller's)."""
+    table = await changelog_table(log, processor)
+    return {key: value for key, value in sorted(table.items()) if key.startswith(prefix)}
+
+
 def _table_key(raw: str) -> str:
     """The host writes a table's ``str`` keys JSON-encoded: decode them."""
     try:

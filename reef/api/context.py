@@ -16,10 +16,12 @@ from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
 from reef.core.errors import ReefError
+from reef.core.rollout_control import LIVE_PREFIX, RolloutController
 from reef.core.state import Processor
 from reef.core.topics import STREAMS_APP_ID
 from reef.services.eventstore import EventStore
 from reef.services.projection import ProjectionFollower
+from reef.services.replay import DurableRows
 from reef.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,11 @@ class AppContext:
     trainer: TrainerStatus | None = None
     #: the judge when it runs inside this process (embedded log, ``judge_turns`` on)
     judge: JudgeStatus | None = None
+    #: reads the rollout controller's durable rows (None: the deployment runs none)
+    durable_rows: DurableRows | None = None
+    #: the controller's live rollouts by scenario (refreshed in the background with the
+    #: lag: the controller may run in another process)
+    live_rollouts: dict[str, dict[str, Any]] = field(default_factory=dict)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:
@@ -106,11 +113,21 @@ async def processor_lag(ctx: AppContext) -> dict[str, dict[str, int]]:
     return out
 
 
+async def live_rollouts(ctx: AppContext) -> dict[str, dict[str, Any]]:
+    """The rollout controller's live rollouts, by scenario, as its host holds them."""
+    if ctx.durable_rows is None:
+        return {}
+    rows = await ctx.durable_rows(ctx.store.log, RolloutController.name, LIVE_PREFIX)
+    return {key.removeprefix(LIVE_PREFIX): value for key, value in rows.items()}
+
+
 async def watch_processor_lag(ctx: AppContext) -> None:
-    """Keep ``ctx.processor_lag`` fresh for the metrics scrape (which cannot await)."""
+    """Keep ``ctx.processor_lag`` and ``ctx.live_rollouts`` fresh for the metrics scrape
+    (which cannot await)."""
     while True:
         with contextlib.suppress(ReefError):
             ctx.processor_lag = await processor_lag(ctx)
+            ctx.live_rollouts = await live_rollouts(ctx)
         await asyncio.sleep(LAG_REFRESH_SECONDS)
 
 

@@ -2,8 +2,9 @@
 
 Request, upstream and log-append latencies are observed where they happen; counts that
 are facts of the log (report fates, candidates, engine loads, completed turns, expired
-sessions, judgements, processor lag) are read from the projections at scrape time, so
-every replica reports the same totals.
+sessions, judgements, rollouts, processor lag) are read from the projections at scrape
+time, so every replica reports the same totals; an active rollout's live figures are
+the rollout controller's, read in the background.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.api.dialects import dialect_of_path
+from reef.core.events import utc_now
+from reef.core.rollout_control import live_figures
+from reef.core.rollouts import RolloutBook
 from reef.services.projection import DECISIONS, TurnFigures
 
 if TYPE_CHECKING:
@@ -142,6 +146,7 @@ class _LogCollector(Collector):
             loads.add_metric([outcome], count)
         yield loads
         yield from self._turns()
+        yield from self._rollouts()
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
@@ -149,6 +154,23 @@ class _LogCollector(Collector):
             for topic, value in sorted(topics.items()):
                 lag.add_metric([name, topic], value)
         yield lag
+
+    def _rollouts(self) -> Iterator[Metric]:
+        """Rollouts by status (folded from the log), and each active rollout's live
+        figures. The only metrics labelled by scenario: one series per scenario with an
+        active rollout (an admin starts each), gone when it ends."""
+        book = self._ctx.projection.state.rollouts
+        statuses: dict[str, int] = {}
+        for view in book.scenarios.values():
+            for rollout in view.rollouts:
+                statuses[rollout.status] = statuses.get(rollout.status, 0) + 1
+        if not statuses and not self._ctx.settings.rollouts:
+            return
+        counts = CounterMetricFamily("reef_rollouts", "Rollouts by status.", labels=["status"])
+        for status in ROLLOUT_STATUSES:
+            counts.add_metric([status], statuses.get(status, 0))
+        yield counts
+        yield from _live_rollouts(self._ctx, book)
 
     def _turns(self) -> Iterator[Metric]:
         """Sessions and judgements, while sessions are tracked (or the log holds some)."""
@@ -183,3 +205,47 @@ class _LogCollector(Collector):
             )
             in_flight.add_metric([], self._ctx.judge.status()["in_flight"])
             yield in_flight
+
+
+#: a rollout's statuses, as counted in ``reef_rollouts``
+ROLLOUT_STATUSES = ("active", "promoted", "rolled_back", "superseded")
+
+
+def _live_rollouts(ctx: AppContext, book: RolloutBook) -> Iterator[Metric]:
+    share = GaugeMetricFamily(
+        "reef_rollout_share", "The candidate's share of an active rollout.", labels=["scenario"]
+    )
+    per_arm = {
+        name: GaugeMetricFamily(f"reef_rollout_{name}", doc, labels=["scenario", "arm"])
+        for name, doc in (
+            ("exchanges", "Exchanges each arm of an active rollout served."),
+            ("errors", "Exchanges each arm of an active rollout failed."),
+            ("scores", "Scored exchanges of each arm of an active rollout."),
+            ("mean_score", "Mean score (on [0, 1]) of each arm of an active rollout."),
+        )
+    }
+    p_values = {
+        name: GaugeMetricFamily(f"reef_rollout_{name}", doc, labels=["scenario"])
+        for name, doc in (
+            ("p_better", "Always-valid p-value against 'the candidate is no better'."),
+            ("p_worse", "Always-valid p-value against 'the candidate is no worse'."),
+        )
+    }
+    now = utc_now()
+    for scenario, live in sorted(ctx.live_rollouts.items()):
+        view = book.scenario(scenario)
+        active = None if view is None else view.active
+        if active is None or active.rollout_id != live["rollout_id"]:
+            continue
+        figures = live_figures(live, now)
+        share.add_metric([scenario], active.policy.share)
+        for arm in ("head", "candidate"):
+            for name, family in per_arm.items():
+                value = figures[arm][name]
+                if value is not None:
+                    family.add_metric([scenario, arm], value)
+        for name, family in p_values.items():
+            family.add_metric([scenario], figures[name])
+    yield share
+    yield from per_arm.values()
+    yield from p_values.values()

@@ -9,6 +9,9 @@ from fastapi.responses import JSONResponse
 
 from reef.api import openapi
 from reef.api.context import AppContext, context_of, processor_group, processor_lag
+from reef.api.rollouts import rollout_json
+from reef.core.events import utc_now
+from reef.core.rollout_control import live_figures
 from reef.services.projection import TurnFigures
 
 router = APIRouter()
@@ -37,8 +40,9 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/reef/status", responses=openapi.errors(401, 403, 503))
 async def status(request: Request) -> JSONResponse:
-    """Per-scenario heads, engines and (sessions tracked) turn and judgement figures,
-    processor lag, samples pending, the in-process trainer and judge, this replica's state.
+    """Per-scenario heads, engines, the latest rollout (live figures per arm while active)
+    and (sessions tracked) turn and judgement figures, processor lag, samples pending, the
+    in-process trainer and judge, this replica's state.
 
     A token bound to scenarios sees only those scenarios, and none of the figures that
     span the whole deployment (processors, samples pending, trainer, judge, projection
@@ -60,6 +64,7 @@ async def status(request: Request) -> JSONResponse:
                 if scenario == name
             },
             **_turns(ctx, name),
+            **_rollout(ctx, name),
         }
         for name, view in sorted(state.scenarios.items())
         if principal.may_use(name)
@@ -85,6 +90,21 @@ async def status(request: Request) -> JSONResponse:
             "scenarios": scenarios,
         }
     )
+
+
+def _rollout(ctx: AppContext, scenario: str) -> dict[str, Any]:
+    """The scenario's latest rollout, if it had any: the policy and status, and while it
+    is active the controller's live figures (per arm exchanges, errors and mean score,
+    and the statistic); once decided, the figures it was decided on."""
+    view = ctx.projection.state.rollouts.scenario(scenario)
+    current = None if view is None else view.current
+    if current is None:
+        return {}
+    body = rollout_json(current)
+    live = ctx.live_rollouts.get(scenario)
+    if current.active and live is not None and live["rollout_id"] == current.rollout_id:
+        body["figures"] = live_figures(live, utc_now())
+    return {"rollout": body}
 
 
 def _turns(ctx: AppContext, scenario: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from reef.artifacts.content import ContentStore
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.core import topics
 from reef.core.events import Event
+from reef.core.rollouts import Rollout
 from reef.log import open_log, running
 from reef.services import audit
 from reef.settings import Settings
@@ -70,7 +71,7 @@ def verify(shallow: bool, config_file: Path | None, **flags: Any) -> None:
 @click.argument("receipt")
 @log_options
 def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
-    """The record, its reports, sample, release and engines; its turn and judgement."""
+    """The record, its reports, sample, release, engines and rollout arm; turn, judgement."""
     settings = settings_from(config_file, **pop_log_flags(flags)).settings
     found = audit.trail(receipt, asyncio.run(_events(settings, topics.ALL_TOPICS)))
     if found.record is None:
@@ -87,8 +88,22 @@ def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
         "releases": [_json(e) for e in found.releases],
         "engines": [_json(e) for e in found.engines],
         **({"turn": _turn(found, turn)} if (turn := found.turn) is not None else {}),
+        **({"rollout": _rollout(found.rollout, found.arm)} if found.rollout else {}),
     }
     click.echo(json.dumps(body, indent=2))
+
+
+def _rollout(rollout: Rollout, arm: str | None) -> dict[str, Any]:
+    """The rollout live when the exchange was recorded, and the arm that served it."""
+    return {
+        "rollout_id": rollout.rollout_id,
+        "arm": arm,
+        "candidate_release_id": rollout.candidate_release_id,
+        "head_release_id": rollout.head_release_id,
+        "share": rollout.policy.share,
+        "status": rollout.status,
+        "reason": rollout.reason,
+    }
 
 
 def _turn(found: audit.Trail, turn: tuple[str, int]) -> dict[str, Any]:

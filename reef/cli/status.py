@@ -15,7 +15,7 @@ from rich.table import Table
 @click.option("--url", default="http://127.0.0.1:8900", show_default=True, help="Reef API.")
 @click.option("--token", envvar="REEF_TOKEN", help="Bearer token (default: $REEF_TOKEN).")
 def status(url: str, token: str | None) -> None:
-    """Scenario heads, engines, processor lag, samples pending, turns and judgements."""
+    """Scenario heads, engines, rollouts, processor lag, samples pending, turns and judgements."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = httpx.get(f"{url.rstrip('/')}/reef/status", headers=headers, timeout=10)
@@ -47,7 +47,44 @@ def render(body: dict[str, Any], console: Console) -> None:
         for topic, value in info["lag"].items():
             lag.add_row(name, info.get("host", ""), topic, str(value))
     console.print(lag)
+    _render_rollouts(body, console)
     _render_turns(body, console)
+
+
+def _render_rollouts(body: dict[str, Any], console: Console) -> None:
+    """Each scenario's latest rollout: share, exchanges and mean score per arm, the
+    statistic (shown only where a scenario had a rollout)."""
+    found = {n: info["rollout"] for n, info in body["scenarios"].items() if "rollout" in info}
+    if not found:
+        return
+    table = Table(
+        "scenario", "rollout", "candidate", "share", "status", "exchanges h/c", "score h/c", "p"
+    )
+    for name, rollout in found.items():
+        figures = rollout.get("figures") or {}
+        head, candidate = figures.get("head", {}), figures.get("candidate", {})
+        status = rollout["status"] + (f" ({rollout['reason']})" if rollout["reason"] else "")
+        table.add_row(
+            name,
+            rollout["rollout_id"][:12],
+            rollout["candidate_release_id"][:12],
+            f"{rollout['share']:g}",
+            status,
+            f"{head.get('exchanges', 0)}/{candidate.get('exchanges', 0)}",
+            f"{_score(head)}/{_score(candidate)}",
+            f"better {_p(figures, 'p_better')}, worse {_p(figures, 'p_worse')}",
+        )
+    console.print(table)
+
+
+def _score(arm: dict[str, Any]) -> str:
+    mean = arm.get("mean_score")
+    return "-" if mean is None else f"{mean:.3f}"
+
+
+def _p(figures: dict[str, Any], name: str) -> str:
+    value = figures.get(name)
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _render_turns(body: dict[str, Any], console: Console) -> None:

@@ -71,6 +71,8 @@ from reef.core.rollouts import Rollout, RolloutBook, RolloutPolicy, ScenarioRoll
 from reef.core.state import KeyValueState, ReadableState
 
 PRODUCER: Final = "reef-rollouts"
+#: state keys of the live rollouts: ``live/<scenario>``
+LIVE_PREFIX: Final = "live/"
 #: the outcome a verdict of the live decision appends
 OUTCOME: Final = {"promote": "promoted", "roll_back": "rolled_back"}
 
@@ -156,9 +158,16 @@ class LiveRollout:
 
 
 def live_rollout(state: ReadableState, scenario: str) -> LiveRollout | None:
-    """The scenario's live rollout as the controller holds it (status reads it too)."""
-    values = state.get(f"live/{scenario}")
+    """The scenario's live rollout as the controller holds it."""
+    values = state.get(f"{LIVE_PREFIX}{scenario}")
     return None if values is None else LiveRollout.restored(values)
+
+
+def live_figures(values: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """What status and metrics show of a live rollout (a ``live/<scenario>`` value): per
+    arm exchanges, errors and mean score, and the statistic as of ``now``."""
+    live = LiveRollout.restored(values)
+    return {"rollout_id": live.rollout_id, **live.figures(live.decide(now))}
 
 
 class RolloutController:

@@ -281,3 +281,22 @@ async def durable_tables(log: EventLog, names: Sequence[str]) -> dict[str, dict[
         return out
 
     return await log.query(load)
+
+
+async def durable_rows(log: EventLog, processor: str, prefix: str) -> dict[str, Any]:
+    """One processor's committed rows whose keys start with ``prefix`` (one query)."""
+    if not isinstance(log, SqlQueryable):
+        raise ConfigError("the embedded processor host keeps its state in the embedded log")
+
+    def load(db: sqlite3.Connection) -> dict[str, Any]:
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'processor_state'"
+        if db.execute(exists).fetchone() is None:  # no processor has started yet
+            return {}
+        rows = db.execute(
+            "SELECT key, value FROM processor_state "
+            "WHERE processor = ? AND key >= ? AND key < ? ORDER BY key",
+            (processor, prefix, prefix + "\U0010ffff"),
+        )
+        return {key: json.loads(value) for key, value in rows}
+
+    return await log.query(load)

@@ -9,7 +9,8 @@
   exchange still counts: its lineage stays, only its content is gone).
 
 :func:`trail` follows one receipt through the log: its reports, samples, releases and
-engines, and, with sessions tracked, its turn (completed, expired) and judgement.
+engines, the rollout arm that served it, and, with sessions tracked, its turn (completed,
+expired) and judgement.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from reef.core.events import (
     TurnJudged,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, release_id
+from reef.core.live_decision import Arm
+from reef.core.rollouts import Rollout, RolloutBook
 
 
 @dataclass(slots=True)
@@ -162,6 +165,10 @@ class Trail:
     completed: TurnCompleted | None = None
     expired: SessionExpired | None = None
     judgement: TurnJudged | None = None
+    #: the rollout that was live when the exchange was recorded, and the arm that served
+    #: it (the release the engine reported, else the one routed)
+    rollout: Rollout | None = None
+    arm: Arm | None = None
 
     @property
     def turn(self) -> tuple[str, int] | None:
@@ -204,4 +211,28 @@ def trail(receipt: str, events: Iterable[Event]) -> Trail:
     out.engines = [
         e for e in ordered if isinstance(e, EngineLoaded) and e.release_id in release_ids
     ]
+    if out.record is not None:
+        out.rollout, out.arm = serving_arm(out.record, ordered)
     return out
+
+
+def serving_arm(
+    record: InferenceRecorded, events: Iterable[Event]
+) -> tuple[Rollout | None, Arm | None]:
+    """The rollout of the record's scenario that had started and not ended when the
+    record was made, and the arm its serving release was in it (None: not an arm)."""
+    book = RolloutBook()
+    for event in events:
+        if event.scenario == record.scenario:
+            book.apply(event)
+    view = book.scenario(record.scenario)
+    served = record.served_release_id or record.release_id
+    for rollout in [] if view is None else view.rollouts:
+        ended = rollout.ended_at
+        if rollout.started_at <= record.occurred_at and (
+            ended is None or record.occurred_at <= ended
+        ):
+            if served == rollout.candidate_release_id:
+                return rollout, "candidate"
+            return rollout, "head" if served == rollout.head_release_id else None
+    return None, None

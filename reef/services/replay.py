@@ -123,6 +123,8 @@ async def replay(processors: Sequence[Processor], log: EventLog) -> ReplayResult
 #: reads the tables a host holds durably right now, by processor name: each host answers
 #: for its own storage (reef.hosts.embedded, streams.changelog), so replay knows none
 DurableTables = Callable[[EventLog, Sequence[str]], Awaitable[dict[str, dict[str, Any]]]]
+#: reads one processor's durable rows whose keys start with a prefix (same hosts)
+DurableRows = Callable[[EventLog, str, str], Awaitable[dict[str, Any]]]
 
 
 async def live_digests(

@@ -90,6 +90,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/reef/scenarios/{scenario}/records/{record_id}"): rule("path", "admin"),
     ("POST", "/reef/scenarios/{scenario}/rollback"): rule("path", "admin"),
     ("POST", "/reef/scenarios/{scenario}/promote"): rule("path", "admin"),
+    ("GET", "/reef/scenarios/{scenario}/rollouts"): rule("path", "read"),
+    ("POST", "/reef/scenarios/{scenario}/rollouts"): rule("path", "admin"),
+    ("POST", "/reef/scenarios/{scenario}/rollouts/{rollout_id}/promote"): rule("path", "admin"),
+    ("POST", "/reef/scenarios/{scenario}/rollouts/{rollout_id}/rollback"): rule("path", "admin"),
     ("GET", "/reef/harness"): rule("header", "read"),
     ("GET", "/reef/harness/releases"): rule("header", "read"),
     ("GET", "/reef/harness/versions"): rule("header", "read"),
@@ -259,7 +263,11 @@ def call_for(method: str, template: str, server: ReefServer, cast: Cast, world: 
     mine = cast.mine
     record = world.erasable if method == "DELETE" else world.receipts[mine]
     path = template.format(
-        scenario=mine, record_id=record, report_id=world.reports[mine], oid=world.oid
+        scenario=mine,
+        record_id=record,
+        report_id=world.reports[mine],
+        oid=world.oid,
+        rollout_id=NO_RELEASE,
     )
     body: Any = None
     if template == "/v1/chat/completions":
@@ -272,6 +280,10 @@ def call_for(method: str, template: str, server: ReefServer, cast: Cast, world: 
         body = {"score": 0.5, "feedback": "matrix", "references": [world.receipts[mine]]}
     elif method == "POST" and template == "/reef/scenarios":
         body = {"name": mine}
+    elif method == "POST" and template.endswith("/rollouts"):
+        body = {"release_id": world.creation[mine], "share": 0.2}
+    elif "/rollouts/" in template:
+        pass  # no body; the rollout does not exist: the handler's own 404
     elif template.endswith("/rollback"):
         # Kafka: no chain worker runs in this module, so the authorised call names a
         # release that does not exist and gets the handler's own 404 instead of waiting
@@ -330,6 +342,14 @@ def assert_succeeded(
     """The right credential got the route's real answer."""
     mine, theirs = cast.mine, cast.theirs
     where = (method, template, response.status_code, response.text[:400])
+    if method == "POST" and template.endswith("/rollouts"):  # no controller runs here
+        assert response.status_code == 409, where
+        assert response.json()["error"]["code"] == "rollouts_disabled", where
+        return
+    if "/rollouts/" in template:
+        assert response.status_code == 404, where
+        assert response.json()["error"]["code"] == "unknown_rollout", where
+        return
     if template.endswith("/promote"):  # nothing is pending review: the handler's own 409
         assert response.status_code == 409 and response.json()["error"]["code"] == "not_pending"
         return
@@ -365,6 +385,8 @@ def assert_succeeded(
         assert "download" in item["actions"], where
     elif template == "/metrics":
         assert "reef_requests" in response.text, where
+    elif template.endswith("/rollouts"):
+        assert response.json() == {"scenario": mine, "rollouts": []}, where
 
 
 def assert_other_scenarios_hidden(response: httpx.Response, template: str, cast: Cast) -> None:

@@ -353,3 +353,48 @@ def test_replay_finds_the_controllers_state_and_every_decision(dep: Deployment) 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     report = json.loads(result.stdout)
     assert report["equal"] is True and "rollouts" in report["live"], report
+
+
+def test_status_metrics_and_audit_show_the_live_rollout(dep: Deployment) -> None:
+    scenario = dep.create_scenario("canary-visible")
+    candidate = held_release(dep, scenario, "visible")
+    started = start(dep, scenario, candidate, share=0.5, min_exchanges=100_000).json()
+    receipts: dict[str, str] = {}
+    for n in range(20):
+        receipt, release = served(dep, scenario, f"visible-{n}")
+        dep.report(scenario, [receipt], 1.0 if release == candidate else 0.5)
+        receipts.setdefault(release, receipt)
+    assert set(receipts) == {started["head_release_id"], candidate}
+
+    deadline = time.monotonic() + 30
+    while True:
+        with dep.client(dep.read_token) as client:
+            rollout = client.get("/reef/status").json()["scenarios"][scenario]["rollout"]
+        figures = rollout["figures"]
+        arms = (figures.get("head", {}), figures.get("candidate", {}))
+        if sum(a.get("scores", 0) for a in arms) == 20:
+            break
+        assert time.monotonic() < deadline, rollout
+        time.sleep(0.5)
+    assert (rollout["rollout_id"], rollout["status"]) == (started["rollout_id"], "active")
+    head, cand = arms
+    assert head["exchanges"] + cand["exchanges"] == 20
+    assert (cand["mean_score"], head["mean_score"]) == (1.0, 0.5)
+    assert figures["verdict"] == "continue" and 0 < figures["p_better"] <= 1
+
+    with dep.client(dep.read_token) as client:
+        metrics = client.get("/metrics").text
+    assert f'reef_rollout_share{{scenario="{scenario}"}} 0.5' in metrics
+    assert f'reef_rollout_mean_score{{arm="candidate",scenario="{scenario}"}} 1.0' in metrics
+    assert f'reef_rollout_exchanges{{arm="head",scenario="{scenario}"}}' in metrics
+    assert 'reef_rollouts_total{status="active"}' in metrics
+
+    for release, receipt in receipts.items():
+        trail = json.loads(dep.cli("audit", "trail", receipt).stdout)
+        arm = "candidate" if release == candidate else "head"
+        assert trail["rollout"]["rollout_id"] == started["rollout_id"], trail
+        assert trail["rollout"]["arm"] == arm
+
+    shown = run_reef("status", "--url", dep.base_url, "--token", dep.admin_token)
+    assert shown.returncode == 0, shown.stderr
+    assert started["rollout_id"][:12] in shown.stdout
