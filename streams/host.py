@@ -337,14 +337,15 @@ class StreamsHost:
                 batches = {}
                 for task in self._tasks.values():
                     ready = await self._take_ready(task)
-                    if ready:
-                        batches[task.partition] = ready
+                    skipped = await self._past_markers(task, ready)
+                    if ready or skipped:
+                        batches[task.partition] = (ready, skipped)
                 self._apply_backpressure()
                 if not batches:
                     continue
                 try:
                     await asyncio.gather(
-                        *(self._run_batch(self._tasks[n], ready) for n, ready in batches.items())
+                        *(self._run_batch(self._tasks[n], *batch) for n, batch in batches.items())
                     )
                 except asyncio.CancelledError:
                     raise
@@ -415,8 +416,30 @@ class StreamsHost:
             consumer.resume(*(self._paused - full))
         self._paused = full
 
-    async def _run_batch(self, task: Task, ready: list[Any]) -> None:
+    async def _past_markers(self, task: Task, ready: list[Any]) -> dict[TopicPartition, int]:
+        """Input partitions whose fetch position passed records that are not data: the
+        commit markers of transactions (an input another processor of this host writes,
+        as the join writes the samples the rollout controller reads) and aborted batches.
+        With nothing of them held, the offsets to commit are those positions: committing
+        only past the last data record would leave the marker forever "waiting" (lag that
+        never drains, and a stall the watchdog ends the worker for)."""
+        consumer = self._consumer
+        assert consumer is not None
+        done = {TopicPartition(m.topic, m.partition): m.offset + 1 for m in ready}
+        past = {}
+        for tp in task.inputs:
+            if task.held[tp] or tp in self._paused:
+                continue
+            position = await consumer.position(tp)
+            if position > done.get(tp, task.committed.get(tp, 0)):
+                past[tp] = position
+        return past
+
+    async def _run_batch(
+        self, task: Task, ready: list[Any], skipped: dict[TopicPartition, int]
+    ) -> None:
         pending = await self._compute(task, ready)
+        pending.offsets.update(skipped)  # a batch of markers only commits its offsets
         positions = await self._commit(task, pending)
         for h in self.hosted:
             name = h.processor.name

@@ -1,13 +1,15 @@
 """The processor-host contract: one suite both hosts pass (not collected by itself).
 
-A host runs the pure processors (join, release chain) over a log as ``reef streams``:
-the embedded host on the embedded log, Reef's transactional loop on Kafka. Whatever the
-host, while its process is SIGKILLed at random moments and restarted, and inputs are
-redelivered (client resends, producer retries, second reports on a consumed receipt):
+A host runs the pure processors (join, release chain, rollout controller) over a log as
+``reef streams``: the embedded host on the embedded log, Reef's transactional loop on
+Kafka. Whatever the host, while its process is SIGKILLed at random moments and restarted,
+and inputs are redelivered (client resends, producer retries, second reports on a consumed receipt):
 
 - the committed outputs are exactly the expected fates: no duplicate by event id or by
   report, none missing;
-- the state the host holds durably is exactly the state replay rebuilds from the log.
+- the state the host holds durably is exactly the state replay rebuilds from the log;
+- the rollout controller appends exactly one decision per rollout, and the chain commits
+  exactly one promote of each promoted candidate.
 
 Subclass :class:`HostContract` in a ``test_*.py`` module and provide a ``rig`` fixture.
 """
@@ -17,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reef.api.context import processor_group
 from reef.catalog import processors
 from reef.core import topics
-from reef.core.events import Event
+from reef.core.events import Event, ReleaseCommitted, RolloutDecided
+from reef.core.rollout_control import PRODUCER as CONTROLLER
+from reef.core.rollout_control import decision_id
 from reef.core.state import Processor
 from reef.log.base import EventLog
 from reef.services.eventstore import EventStore
@@ -31,6 +35,7 @@ from reef.services.replay import DurableTables, live_digests, replay
 from reef.settings import Settings
 from tests.support.eos import check_eos, eos_plan
 from tests.support.hosts import HostProcess
+from tests.support.rollouts import rollout_plan
 
 
 @dataclass
@@ -47,11 +52,31 @@ class HostRig:
         return processors(self.settings)
 
     async def outputs(self) -> list[Event]:
+        return await self.read(topics.SAMPLES)
+
+    async def read(self, topic: str) -> list[Event]:
+        """Every record of ``topic``, decoded (a duplicate record is listed twice)."""
         found = []
-        async for stored in EventStore(self.log).read(topics.SAMPLES):
+        async for stored in EventStore(self.log).read(topic):
             assert stored.event is not None, stored.error
             found.append(stored.event)
         return found
+
+    async def wait_releases(
+        self, done: Callable[[list[Event]], bool], timeout: float = 120.0
+    ) -> list[Event]:
+        deadline = time.monotonic() + timeout
+        while not done(found := await self.read(topics.RELEASES)):
+            self.host.assert_running()
+            assert time.monotonic() < deadline, f"reef.releases not as wanted in time: {found}"
+            await asyncio.sleep(0.5)
+        return found
+
+    async def assert_replay_equal(self) -> None:
+        """The state the host holds durably is the state replay rebuilds from the log."""
+        replayed = (await replay(self.processors, self.log)).digests()
+        live = await live_digests(self.processors, self.log, self.durable_tables)
+        assert live == {name: replayed[name] for name in live}
 
     async def wait_for_outputs(self, count: int, timeout: float = 120.0) -> list[Event]:
         deadline = time.monotonic() + timeout
@@ -114,6 +139,53 @@ class HostContract:
         await rig.wait_inputs_committed()
 
         check_eos(await rig.outputs(), plan)
-        replayed = (await replay(rig.processors, rig.log)).digests()
-        live = await live_digests(rig.processors, rig.log, rig.durable_tables)
-        assert live == {name: replayed[name] for name in live}
+        await rig.assert_replay_equal()
+
+    async def test_one_decision_per_rollout_while_the_host_is_killed(self, rig: HostRig) -> None:
+        """The rollout controller appends one RolloutDecided per rollout, and the chain
+        commits one promote, however often the host is SIGKILLed while deciding."""
+        plan = rollout_plan(scenarios=4, exchanges=40, chunk_size=30)
+        store = EventStore(rig.log)
+        rig.host.start()
+        await rig.host.wait_ready()
+        await store.append_all(plan.setup)
+        await rig.wait_releases(lambda found: _pending_commits(found) == len(plan.starts))
+        await store.append_all(plan.starts)
+        chunks, rng = list(plan.chunks), random.Random(7)
+        for _ in range(self.KILLS):
+            for _ in range(2):
+                if chunks:
+                    await store.append_all(chunks.pop(0))
+            await asyncio.sleep(rng.uniform(0.05, 1.0))  # killed while deciding, or not
+            rig.host.kill()
+            if chunks:
+                await store.append_all(chunks.pop(0))
+            rig.host.start()
+            await rig.host.wait_ready()
+        while chunks:
+            await store.append_all(chunks.pop(0))
+        found = await rig.wait_releases(lambda found: _promotes(found) == len(plan.starts))
+        await rig.wait_inputs_committed()
+
+        found = await rig.read(topics.RELEASES)
+        decided = [e for e in found if isinstance(e, RolloutDecided)]
+        assert sorted(e.scenario for e in decided) == sorted(s.scenario for s in plan.starts)
+        assert all(e.event_id == decision_id(e.scenario, e.rollout_id) for e in decided)
+        assert {e.outcome for e in decided} == {"promoted"}
+        promotes = [
+            e for e in found if isinstance(e, ReleaseCommitted) and e.operation == "promote"
+        ]
+        assert sorted((e.scenario, e.target_release_id) for e in promotes) == sorted(
+            (s.scenario, s.candidate_release_id) for s in plan.starts
+        )
+        proposals = await rig.read(topics.RELEASE_PROPOSALS)
+        assert len([e for e in proposals if e.producer == CONTROLLER]) == len(plan.starts)
+        await rig.assert_replay_equal()
+
+
+def _pending_commits(found: list[Event]) -> int:
+    return sum(1 for e in found if isinstance(e, ReleaseCommitted) and e.pending)
+
+
+def _promotes(found: list[Event]) -> int:
+    return sum(1 for e in found if isinstance(e, ReleaseCommitted) and e.operation == "promote")

@@ -20,17 +20,21 @@ from tests.contract_host import HostContract, HostRig
 from tests.support.hosts import HostProcess
 
 pytestmark = pytest.mark.slow
+#: the hosts run the rollout controller too (off by default in a deployment)
+ROLLOUTS = {"REEF_ROLLOUTS": "true"}
 
 
 class TestEmbeddedHost(HostContract):
     @pytest.fixture
     async def rig(self, tmp_path: Path) -> AsyncIterator[HostRig]:
         state = tmp_path / "state"
-        settings = Settings(log="embedded", state_dir=state)
+        settings = Settings(log="embedded", state_dir=state, rollouts=True)
         log = EmbeddedLog(state / "log.sqlite3", partitions=settings.partitions)
         await log.start()
         await log.ensure_topics(list(LOG_TOPICS))
-        host = HostProcess(["--log", "embedded", "--state-dir", str(state)], tmp_path / "logs")
+        host = HostProcess(
+            ["--log", "embedded", "--state-dir", str(state)], tmp_path / "logs", env=ROLLOUTS
+        )
         try:
             yield HostRig(settings, log, host, embedded_host.durable_tables)
         finally:
@@ -43,7 +47,9 @@ class TestKafkaHost(HostContract):
     @pytest.fixture
     async def rig(self, kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[HostRig]:
         prefix = f"host-{uuid.uuid4().hex[:8]}."
-        settings = Settings(log="kafka", kafka_bootstrap=kafka_bootstrap, kafka_topic_prefix=prefix)
+        settings = Settings(
+            log="kafka", kafka_bootstrap=kafka_bootstrap, kafka_topic_prefix=prefix, rollouts=True
+        )
         log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, client_id="reef-host-contract")
         await log.start()
         await log.ensure_topics(list(LOG_TOPICS))
@@ -54,6 +60,7 @@ class TestKafkaHost(HostContract):
             # a static member with a short session: a restarted host takes its
             # partitions back at once (rebalances: test_streams_scaleout.py)
             env={
+                **ROLLOUTS,
                 "REEF_STREAMS_SESSION_TIMEOUT_S": "6",
                 "REEF_STREAMS_INSTANCE_ID": f"reef-test-{prefix}worker",
             },

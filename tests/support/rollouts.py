@@ -1,11 +1,25 @@
-"""Release-chain and rollout events for the rollout tests, deterministic in their args."""
+"""Release-chain and rollout events for the rollout tests, deterministic in their args,
+and a rollout workload for the processor hosts (:func:`rollout_plan`)."""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from reef.core.events import ReleaseCommitted, RolloutDecided, RolloutStarted
+from reef.core.events import (
+    Event,
+    ReleaseCommitted,
+    ReleaseProposed,
+    RolloutDecided,
+    RolloutStarted,
+    SampleJoined,
+    ScenarioCreated,
+    utc_now,
+)
+from reef.core.ids import EMPTY_CONTENT_ID, content_hash, derived_id, release_id
 from reef.core.rollouts import RolloutBook, fold
+from reef.testing.events import inference, receipt
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -100,4 +114,79 @@ def rollout_book(
             committed(scenario, "c1", pending=True, seconds=1),
             started(scenario, rollout, "c1", "h0", mode=mode, share=share, seconds=2),
         ]
+    )
+
+
+@dataclass
+class RolloutPlan:
+    """Scenarios whose chains hold a head and a pending candidate, a canary of each, and
+    traffic in chunks in which the candidate always scores 1 and the head 0."""
+
+    setup: list[Event]
+    starts: list[RolloutStarted]
+    chunks: list[list[Event]]
+
+    def candidate(self, scenario: str) -> str:
+        return next(s.candidate_release_id for s in self.starts if s.scenario == scenario)
+
+
+def rollout_plan(scenarios: int, exchanges: int, chunk_size: int) -> RolloutPlan:
+    """The chain commits the setup (creations and pending proposals); the starts name the
+    releases it will commit (ids are hashes of their parents and content)."""
+    setup: list[Event] = []
+    starts: list[RolloutStarted] = []
+    for n in range(scenarios):
+        scenario = f"canary-{uuid.uuid4().hex[:8]}-{n}"
+        head = release_id(scenario, None, EMPTY_CONTENT_ID, "creation")
+        content = content_hash({"candidate": scenario})
+        setup += [
+            ScenarioCreated(
+                event_id=derived_id("scenario", scenario),
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="test",
+                recipe="core",
+                initial_release_id=head,
+            ),
+            ReleaseProposed(
+                event_id=f"proposal-{scenario}",
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="test",
+                proposal_id=f"proposal-{scenario}",
+                content_id=content,
+                operation="training",
+                parent_release_id=head,
+                pending=True,
+            ),
+        ]
+        candidate = release_id(scenario, head, content, "training")
+        start = started(
+            scenario, f"rollout-{scenario}", candidate, head, share=0.5, min_exchanges=5
+        )
+        starts.append(replace(start, occurred_at=utc_now()))
+    traffic: list[Event] = []
+    for i in range(exchanges):
+        for s in starts:
+            arm = s.candidate_release_id if i % 2 else s.head_release_id
+            rec = receipt(s.scenario, i)
+            traffic.append(inference(s.scenario, rec, utc_now(), release=arm))
+            traffic.append(_sample(s.scenario, rec, arm, float(arm == s.candidate_release_id)))
+    chunks = [traffic[i : i + chunk_size] for i in range(0, len(traffic), chunk_size)]
+    return RolloutPlan(setup, starts, chunks)
+
+
+def _sample(scenario: str, rec: str, release: str, score: float) -> SampleJoined:
+    return SampleJoined(
+        event_id=f"sample-{rec}",
+        scenario=scenario,
+        occurred_at=utc_now(),
+        producer="test",
+        report_id=f"report-{rec}",
+        references=[rec],
+        trajectory_json="[]",
+        score=score,
+        feedback_json="null",
+        metadata_json="{}",
+        release_ids=[release],
     )
