@@ -14,7 +14,9 @@ Targets: direct, Reef on the embedded log, Reef on Kafka (``--kafka-bootstrap``,
 the local stack's single node if it answers), with ``--baseline REF`` the same two Reefs
 built from a git ref (``HEAD``: before/after the work tree's changes, side by side in this
 run), with ``--workers N`` the work tree's two Reefs again as ``reef serve --workers N``,
-and a LiteLLM proxy if ``--litellm`` names an executable.
+a LiteLLM proxy if ``--litellm`` names an executable, and the existing Reef (PyPI
+``reef-infra``, record-only; it needs Python >= 3.12, e.g. a pyenv 3.12 venv) if
+``--reef-infra`` names its ``reef``.
 
 The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
 targets interleaved within a round, and the table shows the median with its spread
@@ -22,7 +24,7 @@ targets interleaved within a round, and the table shows the median with its spre
 stopped, and its log is read back: "durable" counts the receipts found in the log.
 
     .venv/bin/python bench/proxy_overhead.py [--seconds 5] [--rounds 3] [--baseline HEAD]
-        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH] [--workers 2]
+        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH] [--reef-infra PATH] [--workers 2]
 """
 
 from __future__ import annotations
@@ -173,6 +175,43 @@ def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[Man
     raise SystemExit(f"litellm did not start\n{proc.output()}")
 
 
+def start_reef_infra(
+    executable: str, upstream_base: str, workdir: Path
+) -> tuple[ManagedProcess, str]:
+    """The existing Reef (PyPI ``reef-infra``, Python >= 3.12, its own venv), record-only:
+    ``reef serve`` with an upstream URL and model, as its README starts it."""
+    port = free_port()
+    run_dir = workdir / "reef-infra"
+    proc = spawn(
+        [
+            executable,
+            "serve",
+            "--inference.upstream-url",
+            upstream_base,
+            "--inference.upstream-model",
+            "gpt-4o",
+            "--reef.port",
+            str(port),
+            "--reef.token",
+            TOKEN,
+            "--reef.run-dir",
+            str(run_dir),
+        ],
+        env={k: v for k, v in os.environ.items() if not k.startswith("REEF_")},
+        log_dir=workdir,
+        name="reef-infra",
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"http://127.0.0.1:{port}/v1/chat/completions"
+        except OSError:
+            time.sleep(0.5)
+    proc.stop()
+    raise SystemExit(f"reef-infra did not start\n{proc.output()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,6 +221,9 @@ def main() -> None:
     parser.add_argument("--baseline", help="git ref to serve beside the work tree (e.g. HEAD)")
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--litellm", help="path of a litellm executable (optional)")
+    parser.add_argument(
+        "--reef-infra", help="path of the existing Reef's `reef` executable (optional)"
+    )
     parser.add_argument(
         "--workers", type=int, default=1, help="also serve the work tree with --workers N"
     )
@@ -221,6 +263,11 @@ def main() -> None:
                 proc, url = start_litellm(args.litellm, upstream.v1_url, workdir)
                 procs.append(proc)
                 targets.append(Target("litellm", url, {"Authorization": f"Bearer {LITELLM_KEY}"}))
+            if args.reef_infra:
+                proc, url = start_reef_infra(args.reef_infra, upstream.base_url, workdir)
+                procs.append(proc)
+                headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": "bench"}
+                targets.append(Target("reef-infra", url, headers))
             results, timings = measure(targets, args.rounds, args.seconds)
             durability = {t.name: check_durability(t, workdir) for t in targets if t.reef}
         finally:
