@@ -3,6 +3,7 @@
 ReefError
 ├── ConfigError
 │   └── RecipeConfigError     a recipe's configuration is invalid (names the key)
+│       └── DeviceUnavailableError  ``training.device`` names a device this machine lacks
 └── RecipeError               a recipe failed at run time
     ├── TrainingError         a backend could not produce a candidate
     │   ├── EditError         a proposed harness edit cannot apply (recipes.harness_edits)
@@ -22,6 +23,10 @@ from reef.core.errors import ConfigError, ReefError
 
 class RecipeConfigError(ConfigError):
     """A recipe's configuration is invalid; the message names the offending key."""
+
+
+class DeviceUnavailableError(RecipeConfigError):
+    """``training.device`` names a device this machine does not have (found at start)."""
 
 
 class RecipeError(ReefError):

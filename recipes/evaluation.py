@@ -22,8 +22,11 @@ def evaluate_tasks(
     *,
     base_model: str,
     threads: int,
+    device: str = "cpu",
+    dtype: str = "auto",
 ) -> Evaluation:
-    """Greedy answers on the held-out tasks, graded; the mean is the score."""
+    """Greedy answers on the held-out tasks (decoded on ``device``), graded; the mean is
+    the score."""
     tasks = task_set.load()
     if not tasks:
         return Evaluation("none", 0.0)
@@ -34,6 +37,8 @@ def evaluate_tasks(
         base_model=base_model,
         max_new_tokens=task_set.max_new_tokens,
         threads=threads,
+        device=device,
+        dtype=dtype,
     )
     try:
         scores = [float(grade(out, t.answer)) for out, t in zip(outputs, tasks, strict=True)]

@@ -118,4 +118,6 @@ class GrpoRecipe(UsesBackend, Recipe[GrpoConfig]):
             self.config.evaluation,
             base_model=self.config.training.base_model,
             threads=self.config.training.threads,
+            device=self.config.training.device,
+            dtype=self.config.training.dtype,
         )

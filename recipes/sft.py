@@ -101,6 +101,8 @@ class SftRecipe(UsesBackend, Recipe[SftConfig]):
             self.config.evaluation,
             base_model=self.config.training.base_model,
             threads=self.config.training.threads,
+            device=self.config.training.device,
+            dtype=self.config.training.dtype,
         )
 
 

@@ -18,7 +18,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field, model_validator
 
-from recipes.errors import RecipeError
+from recipes.errors import DeviceUnavailableError, RecipeError
 from recipes.strict import StrictModel
 
 #: a conversation: OpenAI-style messages (``role``, ``content``)
@@ -45,7 +45,62 @@ class LoraSettings(StrictModel):
     )
 
 
-class SftTraining(StrictModel):
+#: ``training.device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
+
+
+def resolve_device(spec: str, cuda_devices: int) -> str:
+    """The torch device ``training.device`` names on a machine with ``cuda_devices`` GPUs.
+
+    ``auto`` is ``cuda:0`` when there is a GPU, else ``cpu``; ``cuda`` is ``cuda:0``; a
+    GPU the machine lacks raises :class:`DeviceUnavailableError`.
+    """
+    if spec == "cpu" or (spec == "auto" and cuda_devices == 0):
+        return "cpu"
+    if spec == "auto":
+        return "cuda:0"
+    kind, _, number = spec.partition(":")
+    if kind != "cuda" or not (number or "0").isdigit():
+        raise DeviceUnavailableError(f"training.device {spec!r}: use auto, cpu, cuda or cuda:N")
+    index = int(number or 0)
+    if cuda_devices == 0:
+        raise DeviceUnavailableError(
+            f"training.device {spec!r}: this machine has no CUDA device (use cpu or auto)"
+        )
+    if index >= cuda_devices:
+        raise DeviceUnavailableError(
+            f"training.device {spec!r}: this machine has {cuda_devices} CUDA device(s), "
+            f"cuda:0 to cuda:{cuda_devices - 1}"
+        )
+    return f"cuda:{index}"
+
+
+class DeviceSettings(StrictModel):
+    """Where and how a torch backend trains (and the gate evaluates) a candidate."""
+
+    device: str = Field(
+        default="auto",
+        pattern=DEVICE_PATTERN,
+        description="auto (cuda:0 if there is a GPU, else cpu) | cpu | cuda | cuda:N.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="Compute dtype (autocast; weights stay float32): auto = bfloat16 on a "
+        "GPU, float32 on the CPU.",
+    )
+    micro_batch_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Most padded tokens in one forward/backward pass; an optimiser step "
+        "accumulates the gradients of all its micro-batches.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass (less memory)."
+    )
+    seed: int = Field(default=0, description="Seed of the training RNG.")
+
+
+class SftTraining(DeviceSettings):
     backend: Literal["torch"] = Field(default="torch", description="Training backend.")
     method: Literal["full", "lora"] = Field(
         default="full", description="full: all weights; lora: a PEFT adapter over base_model."
@@ -62,7 +117,6 @@ class SftTraining(StrictModel):
     )
     max_length: int = Field(default=512, ge=8, description="Longest example in tokens (then cut).")
     threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
-    seed: int = Field(default=0, description="Seed of the training RNG.")
 
     @model_validator(mode="after")
     def _lora_needs_method(self) -> SftTraining:
@@ -71,13 +125,12 @@ class SftTraining(StrictModel):
         return self
 
 
-class GrpoTraining(StrictModel):
+class GrpoTraining(DeviceSettings):
     base_model: str = Field(default="tiny", description="Creation weights (built-in or folder).")
     learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate.")
     steps: int = Field(default=4, ge=1, description="Optimizer steps per batch.")
     clip: float = Field(default=0.2, gt=0, lt=1, description="Importance-ratio clip epsilon.")
     threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
-    seed: int = Field(default=0, description="Seed of the training RNG.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +149,14 @@ class TrainingBackend(Protocol):
 
     ``parent``/``folder`` is a release folder or None for the creation release
     (``base_model``); each ``train_*`` writes the candidate into ``out_dir`` and returns
-    its training metrics. Failures raise :class:`recipes.errors.TrainingError`.
+    its training metrics. Failures raise :class:`recipes.errors.TrainingError` (running
+    out of device memory too: that candidate fails, the trainer goes on).
     """
+
+    def check_device(self, device: str) -> None:
+        """Raise :class:`DeviceUnavailableError` when this machine lacks ``device``
+        (``training.device``); called when a recipe is bound, i.e. at start."""
+        ...
 
     def train_sft(
         self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
@@ -125,8 +184,11 @@ class TrainingBackend(Protocol):
         base_model: str,
         max_new_tokens: int,
         threads: int = 1,
+        device: str = "cpu",
+        dtype: str = "auto",
     ) -> list[str]:
-        """Greedy answers as the engine serves the release (an adapter merged on the base)."""
+        """Greedy answers as the engine serves the release (an adapter merged on the base),
+        decoded on ``device`` (``training.device``: the gate evaluates where it trains)."""
         ...
 
 
@@ -143,7 +205,11 @@ class UsesBackend:
     _backend: TrainingBackend | None = None
 
     def bind_backend(self, backend: TrainingBackend) -> None:
-        """Set the backend (the registry does this when it builds the recipe)."""
+        """Set the backend (the registry does this when it builds the recipe) and check
+        that this machine has the recipe's ``training.device``."""
+        training = getattr(getattr(self, "config", None), "training", None)
+        if isinstance(training, DeviceSettings):
+            backend.check_device(training.device)
         self._backend = backend
 
     @property

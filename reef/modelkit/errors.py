@@ -18,5 +18,10 @@ class WeightLoadError(EngineError):
     """New weights were rejected (missing path, name or shape mismatch); nothing was swapped."""
 
 
+class ModelFolderError(WeightLoadError):
+    """A model folder cannot be served or trained as a chat model: its tokenizer has no
+    chat template, or does not fit the model's embeddings."""
+
+
 class AdapterError(EngineError):
     """A LoRA adapter could not be loaded, unloaded, or is not loaded."""

@@ -153,6 +153,9 @@ class LookupBackend:
     def __init__(self) -> None:
         self.decoded = 0
 
+    def check_device(self, device: str) -> None:
+        pass
+
     def train_sft(
         self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
     ) -> dict[str, float]:
@@ -176,6 +179,8 @@ class LookupBackend:
         base_model: str,
         max_new_tokens: int,
         threads: int = 1,
+        device: str = "cpu",
+        dtype: str = "auto",
     ) -> list[str]:
         self.decoded += len(conversations)
         table = _table(folder)

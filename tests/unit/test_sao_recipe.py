@@ -127,6 +127,9 @@ def test_sao_is_reachable_by_name_and_by_the_seed_dotted_path() -> None:
 class _NoSao:
     """A training backend without ``train_sao``."""
 
+    def check_device(self, device: str) -> None:
+        pass
+
     def train_sft(self, *args: Any) -> dict[str, float]:
         return {}
 

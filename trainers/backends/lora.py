@@ -31,17 +31,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 from peft import LoraConfig, PeftConfig, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
 
 from recipes.errors import TrainingError
+from trainers.backends.devices import Placement
 from trainers.backends.torch_backend import (
     ADAPTER_MARKER,
     Conversation,
+    encode_example,
     load,
     optimise,
-    sft_chunks,
+    pad_id,
     torch_threads,
 )
 
@@ -139,20 +140,18 @@ def train_sft_lora(
     examples: Sequence[tuple[Conversation, str]],
     out_dir: Path,
     options: SftTraining,
-    *,
-    micro_batch: int = 64,
 ) -> dict[str, float]:
     """Train the adapter (the parent's, or a fresh one) on the examples; write the
     adapter folder to ``out_dir``."""
     started = time.perf_counter()
-    with torch_threads(options.threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
+    place = Placement.of_settings(options)
+    with torch_threads(options.threads), place.seeded(options.seed):
         model, tokenizer, continued = _adapter_model(parent, options)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        chunks = sft_chunks(tokenizer, examples, options.max_length, micro_batch)
-        losses = optimise(model, chunks, options)
+        rows = [encode_example(tokenizer, m, t, options.max_length) for m, t in examples]
+        losses = optimise(model.to(place.device), rows, options, place, pad=pad_id(tokenizer))
         out_dir.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(out_dir), save_embedding_layers=False)
+        model.to("cpu").save_pretrained(str(out_dir), save_embedding_layers=False)
     for name in sorted(p.name for p in out_dir.iterdir()):
         if name not in ADAPTER_FILES:  # the model card PEFT writes beside the adapter
             (out_dir / name).unlink()

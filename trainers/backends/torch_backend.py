@@ -18,6 +18,12 @@ shared cache whose files must never change under a reader (see reef.engine.loade
 LoRA training (:mod:`trainers.backends.lora`) reuses the example encoding and the
 optimiser loop; evaluation applies an adapter release to the base as the engine does
 (:func:`load_serving`).
+
+Training and evaluation run where ``training.device`` says, under its compute dtype,
+in micro-batches of ``training.micro_batch_tokens`` (:mod:`trainers.backends.devices`).
+An example is the engine's token ids: the prompt is the model's chat template applied
+with the generation prompt (what the engine feeds the model), then the answer's tokens
+and the end-of-turn (eos) token the engine stops at; only those carry a loss.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from recipes.errors import TrainingError
+from reef.modelkit.errors import ModelFolderError
+from reef.modelkit.folders import check_model_pair
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer, make_portable
+from trainers.backends.devices import Placement, enable_checkpointing, micro_batches
 
 if TYPE_CHECKING:
-    from recipes.training import GrpoTraining, Rollout, SftTraining
+    from recipes.training import DeviceSettings, GrpoTraining, Rollout, SftTraining
 
 Conversation = Sequence[Mapping[str, str]]
+#: one encoded example: (input ids, labels)
+Row = tuple[list[int], list[int]]
 IGNORE = -100
 ADAPTER_MARKER = "adapter_config.json"
 
@@ -76,6 +87,10 @@ def load(folder: Path | None, base_model: str) -> tuple[torch.nn.Module, Any]:
         tokenizer = build_tokenizer() if builtin else AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise TrainingError(f"cannot load model folder {path}: {exc}") from exc
+    try:
+        check_model_pair(model, tokenizer, str(path))
+    except ModelFolderError as exc:
+        raise TrainingError(str(exc)) from exc
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             tensor.data = tensor.data.clone()
@@ -119,9 +134,7 @@ def encode_example(
     return ids, labels
 
 
-def _padded(
-    rows: Sequence[tuple[list[int], list[int]]], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _padded(rows: Sequence[Row], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(ids) for ids, _ in rows)
     ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows])
     labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in rows])
@@ -129,26 +142,33 @@ def _padded(
     return ids, labels, mask
 
 
+def pad_id(tokenizer: Any) -> int:
+    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+
+
+def save_candidate(model: torch.nn.Module, tokenizer: Any, out_dir: Path) -> None:
+    """An HF folder the engine loads (weights moved to the CPU first)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saver: Any = model.to("cpu")  # transformers' save_pretrained is untyped
+    saver.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    make_portable(out_dir)
+
+
 def train_sft(
     parent: Path | None,
     examples: Sequence[tuple[Conversation, str]],
     out_dir: Path,
     options: SftTraining,
-    *,
-    micro_batch: int = 64,
 ) -> dict[str, float]:
     """Fine-tune the parent's full weights on the examples; save an HF folder to ``out_dir``."""
     started = time.perf_counter()
-    with torch_threads(options.threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
+    place = Placement.of_settings(options)
+    with torch_threads(options.threads), place.seeded(options.seed):
         model, tokenizer = load(parent, options.base_model)
-        chunks = sft_chunks(tokenizer, examples, options.max_length, micro_batch)
-        losses = optimise(model, chunks, options)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        saver: Any = model  # transformers' save_pretrained is untyped
-        saver.save_pretrained(out_dir)
-        tokenizer.save_pretrained(out_dir)
-        make_portable(out_dir)
+        rows = [encode_example(tokenizer, m, t, options.max_length) for m, t in examples]
+        losses = optimise(model.to(place.device), rows, options, place, pad=pad_id(tokenizer))
+        save_candidate(model, tokenizer, out_dir)
     return {
         "examples": float(len(examples)),
         "steps": float(options.steps),
@@ -158,50 +178,68 @@ def train_sft(
     }
 
 
-def sft_chunks(
-    tokenizer: Any, examples: Sequence[tuple[Conversation, str]], max_length: int, micro_batch: int
-) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """The examples encoded and padded, ``micro_batch`` rows per (ids, labels, mask)."""
-    rows = [encode_example(tokenizer, m, t, max_length) for m, t in examples]
-    return [
-        _padded(rows[i : i + micro_batch], int(tokenizer.pad_token_id or 0))
-        for i in range(0, len(rows), micro_batch)
-    ]
-
-
 def optimise(
     model: torch.nn.Module,
-    chunks: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    rows: Sequence[Row],
     options: SftTraining,
+    place: Placement,
+    *,
+    pad: int,
 ) -> list[float]:
     """``options.steps`` full-batch AdamW steps on the trainable parameters (all of a
-    full model's, the adapter's of a PEFT model); the loss per step."""
+    full model's, the adapter's of a PEFT model), each accumulated over micro-batches;
+    the loss per step."""
     model.train(True)
+    if options.gradient_checkpointing:
+        enable_checkpointing(model)
     optimiser = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=options.learning_rate,
         weight_decay=options.weight_decay,
     )
-    tokens = sum(int((labels != IGNORE).sum()) for _, labels, _ in chunks)
+    chunks = sft_micro_batches(rows, options, pad)
     losses = []
     for _ in range(options.steps):
         optimiser.zero_grad()
-        total = 0.0
-        for ids, labels, mask in chunks:
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            target = labels[:, 1:]
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]),
+        losses.append(accumulate_sft(model, chunks, place))
+        optimiser.step()
+    model.train(False)
+    return losses
+
+
+def sft_micro_batches(
+    rows: Sequence[Row], options: DeviceSettings, pad: int
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The rows padded, in order, in micro-batches of at most ``micro_batch_tokens``."""
+    cuts = micro_batches([len(ids) for ids, _ in rows], options.micro_batch_tokens)
+    return [_padded([rows[i] for i in cut], pad) for cut in cuts]
+
+
+def accumulate_sft(
+    model: torch.nn.Module,
+    chunks: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    place: Placement,
+) -> float:
+    """Backward of the mean token loss over all the chunks (gradients accumulate)."""
+    tokens = max(sum(int((labels[:, 1:] != IGNORE).sum()) for _, labels, _ in chunks), 1)
+    total = 0.0
+    for ids, labels, mask in chunks:
+        ids, labels, mask = (t.to(place.device) for t in (ids, labels, mask))
+        with place.autocast():
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        target = labels[:, 1:]
+        loss = (
+            torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]),
                 target.reshape(-1),
                 ignore_index=IGNORE,
                 reduction="sum",
-            ) / max(tokens, 1)
-            torch.autograd.backward(loss)
-            total += float(loss.item())
-        optimiser.step()
-        losses.append(total)
-    model.train(False)
-    return losses
+            )
+            / tokens
+        )
+        torch.autograd.backward(loss)
+        total += float(loss.item())
+    return total
 
 
 def train_grpo(
@@ -209,19 +247,22 @@ def train_grpo(
 ) -> dict[str, float]:
     """Clipped policy-gradient steps on recorded rollouts; save an HF folder to ``out_dir``."""
     started = time.perf_counter()
-    with torch_threads(options.threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
+    place = Placement.of_settings(options)
+    with torch_threads(options.threads), place.seeded(options.seed):
         model, tokenizer = load(parent, options.base_model)
-        batch = _rollout_tensors(rollouts, int(tokenizer.pad_token_id or 0))
-        model.train(True)
+        model.to(place.device).train(True)
+        if options.gradient_checkpointing:
+            enable_checkpointing(model)
+        cuts = micro_batches(
+            [len(r.prompt_ids) + len(r.output_ids) for r in rollouts], options.micro_batch_tokens
+        )
+        chunks = [_rollout_tensors([rollouts[i] for i in cut], pad_id(tokenizer)) for cut in cuts]
         optimiser = torch.optim.AdamW(model.parameters(), lr=options.learning_rate)
-        history = [_grpo_step(model, optimiser, batch, options.clip) for _ in range(options.steps)]
+        history = [
+            _grpo_step(model, optimiser, chunks, options.clip, place) for _ in range(options.steps)
+        ]
         model.train(False)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        saver: Any = model
-        saver.save_pretrained(out_dir)
-        tokenizer.save_pretrained(out_dir)
-        make_portable(out_dir)
+        save_candidate(model, tokenizer, out_dir)
     return {
         "rollouts": float(len(rollouts)),
         "steps": float(options.steps),
@@ -233,9 +274,10 @@ def train_grpo(
     }
 
 
-def _rollout_tensors(
-    rollouts: Sequence[Rollout], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+RolloutTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _rollout_tensors(rollouts: Sequence[Rollout], pad: int) -> RolloutTensors:
     """ids, attention mask, output-token mask, rollout logprobs (aligned with the
     shifted targets) and advantages."""
     width = max(len(r.prompt_ids) + len(r.output_ids) for r in rollouts)
@@ -262,24 +304,30 @@ def _rollout_tensors(
 def _grpo_step(
     model: torch.nn.Module,
     optimiser: torch.optim.Optimizer,
-    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    chunks: Sequence[RolloutTensors],
     clip: float,
+    place: Placement,
 ) -> tuple[float, float, float]:
-    ids, mask, out_mask, old, advantages = batch
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-    new = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    ratio = torch.exp((new - old) * out_mask)
-    gain = advantages[:, None]
-    objective = torch.minimum(ratio * gain, torch.clamp(ratio, 1 - clip, 1 + clip) * gain)
-    tokens = out_mask.sum().clamp(min=1)
-    loss = -(objective * out_mask).sum() / tokens
+    """One step over all the chunks: (loss, mean ratio, clipped fraction) per output token."""
+    tokens = max(float(sum(float(c[2].sum()) for c in chunks)), 1.0)
     optimiser.zero_grad()
-    torch.autograd.backward(loss)
+    loss_sum = ratio_sum = clipped_sum = 0.0
+    for chunk in chunks:
+        ids, mask, out_mask, old, advantages = (t.to(place.device) for t in chunk)
+        with place.autocast():
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        new = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        ratio = torch.exp((new - old) * out_mask)
+        gain = advantages[:, None]
+        objective = torch.minimum(ratio * gain, torch.clamp(ratio, 1 - clip, 1 + clip) * gain)
+        loss = -(objective * out_mask).sum() / tokens
+        torch.autograd.backward(loss)
+        loss_sum += float(loss.item())
+        with torch.no_grad():
+            ratio_sum += float((ratio * out_mask).sum())
+            clipped_sum += float((((ratio - 1).abs() > clip).float() * out_mask).sum())
     optimiser.step()
-    with torch.no_grad():
-        mean_ratio = float((ratio * out_mask).sum() / tokens)
-        clipped = float((((ratio - 1).abs() > clip).float() * out_mask).sum() / tokens)
-    return float(loss.item()), mean_ratio, clipped
+    return loss_sum, ratio_sum / tokens, clipped_sum / tokens
 
 
 @torch.no_grad()
@@ -290,12 +338,15 @@ def generate_greedy(
     base_model: str,
     max_new_tokens: int,
     threads: int = 1,
+    device: str = "cpu",
+    dtype: str = "auto",
 ) -> list[str]:
     """Greedy answers (the engine's decoding at temperature 0), decoded without specials;
     ``folder`` may be full weights or a LoRA adapter over ``base_model``."""
+    place = Placement.of(device, dtype)
     with torch_threads(threads):
         model, tokenizer = load_serving(folder, base_model)
-        model.train(False)
+        model.to(place.device).train(False)
         prompts = [prompt_ids(tokenizer, c) for c in conversations]
         eos = int(tokenizer.eos_token_id)
         answers: dict[int, list[int]] = {}
@@ -303,7 +354,9 @@ def generate_greedy(
         for index, ids in enumerate(prompts):
             by_length.setdefault(len(ids), []).append(index)
         for indices in by_length.values():  # equal lengths: a batch needs no padding
-            outputs = _greedy_batch(model, [prompts[i] for i in indices], eos, max_new_tokens)
+            batch = [prompts[i] for i in indices]
+            with place.autocast():
+                outputs = _greedy_batch(model, batch, eos, max_new_tokens, place.device)
             answers.update(zip(indices, outputs, strict=True))
     return [
         str(tokenizer.decode(answers[i], skip_special_tokens=True)) for i in range(len(prompts))
@@ -311,10 +364,14 @@ def generate_greedy(
 
 
 def _greedy_batch(
-    model: torch.nn.Module, prompts: list[list[int]], eos: int, max_new_tokens: int
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    eos: int,
+    max_new_tokens: int,
+    device: torch.device | None = None,
 ) -> list[list[int]]:
-    sequence = torch.tensor(prompts)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
+    sequence = torch.tensor(prompts, device=device)
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     produced: list[list[int]] = [[] for _ in prompts]
     for _ in range(max_new_tokens):
         logits = model(input_ids=sequence, use_cache=False).logits[:, -1]
