@@ -3,13 +3,15 @@
     ReefError
     └── EngineError                 the local engine, its control API or a client of it
         ├── WeightLoadError         new weights could not be loaded; the old ones keep serving
+        │   └── ModelFolderError    a model folder lacks a chat template or its tokenizer
+        │                           does not fit its embeddings (reef.modelkit.folders)
         ├── ContextTooLongError     a prompt is empty or does not fit the context window
         ├── AdapterError            a LoRA adapter could not be loaded, unloaded or found
         ├── WeightsGroupError       the weight-update process group could not be joined or used
         ├── WeightPublishError      the trainer side of a weight broadcast failed
         └── EngineUnavailableError  an engine could not be reached or answered nonsense
 
-``EngineError``, ``WeightLoadError`` and ``AdapterError`` are defined in
+``EngineError``, ``WeightLoadError``, ``ModelFolderError`` and ``AdapterError`` are defined in
 :mod:`reef.modelkit.errors` (the model kit below the engine raises them) and imported
 here: this module is where the engine's errors are imported from.
 
@@ -19,13 +21,14 @@ shape instead of raising past its routes; clients raise these on transport error
 
 from __future__ import annotations
 
-from reef.modelkit.errors import AdapterError, EngineError, WeightLoadError
+from reef.modelkit.errors import AdapterError, EngineError, ModelFolderError, WeightLoadError
 
 __all__ = [
     "AdapterError",
     "ContextTooLongError",
     "EngineError",
     "EngineUnavailableError",
+    "ModelFolderError",
     "WeightLoadError",
     "WeightPublishError",
     "WeightsGroupError",

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reef.engine.errors import WeightLoadError
 from reef.engine.model import EngineModel
+from reef.modelkit.folders import check_model_pair
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer
 
 DEFAULT_CONTEXT = 2048
@@ -28,6 +29,7 @@ def _from_folder(path: Path, device: torch.device) -> tuple[torch.nn.Module, Any
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise WeightLoadError(f"cannot load model folder {str(path)!r}: {exc}") from exc
+    check_model_pair(model, tokenizer, repr(str(path)))  # chat template, vocabulary fit
     return _private(model), tokenizer
 
 
