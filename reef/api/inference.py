@@ -292,6 +292,8 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         has_tools=None if key is None else fingerprints.has_tools(body),
     )
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
+    if exchange.release_id != view.head:  # a canary (or pinned) release: an engine slot
+        upstream_request.headers[routing.SERVE_RELEASE_HEADER] = exchange.release_id
     exchange.upstream_started = time.perf_counter()
     upstream_response = await ctx.upstream.send(upstream_request, stream=exchange.stream)
     request.app.state.metrics.upstream_seconds.labels(route).observe(

@@ -32,6 +32,9 @@ from reef.core.rollouts import RolloutBook
 
 #: the draw's range: 2^64, the 8 bytes taken from the hash
 DRAWS: Final = 1 << 64
+#: the header the API names a routed release in when it is not the head, so an engine
+#: that holds it in a named slot (Reef's engine: reef.engine.model) answers with it
+SERVE_RELEASE_HEADER: Final = "x-reef-serve-release"
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,8 +142,12 @@ def update_weights_from_disk(
     return Call("POST", "/update_weights_from_disk", body, _update)
 
 
-def load_lora_adapter(name: str, path: str, *, pinned: bool = False) -> Call[LoRAResult]:
-    body = {"lora_name": name, "lora_path": path, "pinned": pinned}
+def load_lora_adapter(
+    name: str, path: str, *, pinned: bool = False, weight_version: str | None = None
+) -> Call[LoRAResult]:
+    body: dict[str, Any] = {"lora_name": name, "lora_path": path, "pinned": pinned}
+    if weight_version is not None:  # Reef's engine only (a named slot's version)
+        body["weight_version"] = weight_version
     return Call("POST", "/load_lora_adapter", body, _lora)
 
 
@@ -290,8 +294,12 @@ class AsyncEngineClient:
     ) -> UpdateResult:
         return await self.call(update_weights_from_disk(path, weight_version))
 
-    async def load_lora_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoRAResult:
-        return await self.call(load_lora_adapter(name, path, pinned=pinned))
+    async def load_lora_adapter(
+        self, name: str, path: str, *, pinned: bool = False, weight_version: str | None = None
+    ) -> LoRAResult:
+        return await self.call(
+            load_lora_adapter(name, path, pinned=pinned, weight_version=weight_version)
+        )
 
     async def unload_lora_adapter(self, name: str) -> LoRAResult:
         return await self.call(unload_lora_adapter(name))

@@ -23,6 +23,11 @@ sets the *default* adapter: requests that name none are served by ``base ⊕ ada
 The base is kept, so the next adapter replaces the previous one instead of stacking on
 it; a full-weights update replaces the base, clears the default adapter and re-merges
 every named adapter onto the new base (from its folder).
+
+Named slots (Reef's extension, what a canary release is served from): a named adapter
+may also be a full-weights folder, a second model beside the base that no base update
+touches; and one loaded with a ``weight_version`` reports that version in the answers it
+serves (otherwise an answer reports the snapshot's, as SGLang does).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any
 
 import torch
 
-from reef.engine.errors import AdapterError
+from reef.engine.errors import AdapterError, WeightLoadError
 from reef.modelkit.adapters import merge_adapter
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model
 from reef.modelkit.weights import (
@@ -63,6 +68,10 @@ class Adapter:
     path: str
     pinned: bool
     model: torch.nn.Module
+    #: what the answers it serves report (None: the snapshot's version)
+    weight_version: str | None = None
+    #: a full-weights slot (independent of the base), not an adapter merged onto it
+    full: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,13 @@ class Snapshot:
         if found is None:
             raise AdapterError(f"LoRA adapter {adapter!r} is not loaded")
         return found.model
+
+    def version_for(self, adapter: str | None) -> str:
+        """The weight version an answer served by ``adapter`` reports."""
+        found = None if adapter is None else self.adapters.get(adapter)
+        if found is None or found.weight_version is None:
+            return self.weight_version
+        return found.weight_version
 
 
 class EngineModel:
@@ -149,21 +165,36 @@ class EngineModel:
     @staticmethod
     def _rebased(current: Snapshot, base: torch.nn.Module, version: str) -> Snapshot:
         adapters = {
-            name: replace(adapter, model=merge_adapter(base, adapter.path))
+            name: adapter
+            if adapter.full
+            else replace(adapter, model=merge_adapter(base, adapter.path))
             for name, adapter in current.adapters.items()
         }
         return Snapshot(version, base, base, None, MappingProxyType(adapters))
 
-    def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> dict[str, str]:
-        """Add (or replace) the named adapter; returns the loaded adapters."""
+    def load_adapter(
+        self, name: str, path: str, *, pinned: bool = False, weight_version: str | None = None
+    ) -> dict[str, str]:
+        """Add the named adapter (a PEFT folder merged onto the base), or a full-weights
+        slot (a weights folder, or a built-in model name); returns the loaded adapters."""
         if not name:
             raise AdapterError("lora_name must not be empty")
         with self._updating:
             current = self.snapshot()
             if name in current.adapters:
                 raise AdapterError(f"LoRA adapter {name!r} is already loaded")
-            merged = merge_adapter(current.base, Path(path))
-            adapters = {**current.adapters, name: Adapter(name, path, pinned, merged)}
+            full = not is_adapter_dir(path)
+            if full:
+                try:
+                    tensors = complete_tied(current.base, _read_weights(path, None))
+                except WeightLoadError as exc:
+                    raise AdapterError(f"not a PEFT adapter nor a weights folder: {exc}") from exc
+                check_compatible(current.base.state_dict(), tensors)
+                module = with_weights(current.base, tensors)
+            else:
+                module = merge_adapter(current.base, Path(path))
+            adapter = Adapter(name, path, pinned, module, weight_version, full)
+            adapters = {**current.adapters, name: adapter}
             self._publish(replace(current, adapters=MappingProxyType(adapters)))
         return self.loaded_adapters()
 

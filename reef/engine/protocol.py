@@ -54,6 +54,9 @@ class LoadLoRAAdapterReqInput(_Request):
     lora_name: str
     lora_path: str
     pinned: bool = False
+    #: Reef's extension: the weight version the slot's answers report (a canary release);
+    #: unset, they report the base's, as SGLang does
+    weight_version: str | None = None
 
 
 class UnloadLoRAAdapterReqInput(_Request):

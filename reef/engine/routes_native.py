@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -167,15 +168,20 @@ async def destroy_weights_update_group(
 
 @router.post("/load_lora_adapter")
 async def load_lora_adapter(body: LoadLoRAAdapterReqInput, request: Request) -> JSONResponse:
-    """Load a named adapter.
+    """Load a named adapter (a PEFT folder, or with Reef's engine a full-weights folder).
 
     curl --json '{"lora_name": "a", "lora_path": "/ckpt/a"}' localhost:30000/load_lora_adapter
     """
     runtime = runtime_of(request)
+    load = partial(
+        runtime.model.load_adapter,
+        body.lora_name,
+        body.lora_path,
+        pinned=body.pinned,
+        weight_version=body.weight_version,
+    )
     try:
-        await asyncio.to_thread(
-            runtime.model.load_adapter, body.lora_name, body.lora_path, pinned=body.pinned
-        )
+        await asyncio.to_thread(load)
     except EngineError as exc:
         return _lora_outcome(runtime, str(exc))
     return _lora_outcome(runtime, None)

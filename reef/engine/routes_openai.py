@@ -7,8 +7,10 @@ the body also carries SGLang-style ``meta_info`` (``output_token_logprobs``,
 ``[[logprob, token_id, null], ...]`` per generated token) so a recorder can keep the
 exchange token for token.
 
-A request uses a loaded LoRA adapter when ``lora_path`` names it, or when ``model`` is
-its name (or ``<base>:<name>``); otherwise the default weights serve it.
+A request uses a loaded LoRA adapter when ``lora_path`` names it, when the
+``x-reef-serve-release`` header does (Reef's API names the canary release it routed an
+exchange to: a slot the sidecar loaded under the release's id), or when ``model`` is its
+name (or ``<base>:<name>``); otherwise the default weights serve it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.errors import EngineError
 from reef.engine.generation import Completion, Step
 from reef.engine.protocol import ChatCompletionRequest
@@ -34,10 +37,14 @@ router = APIRouter(prefix="/v1")
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def _adapter(body: ChatCompletionRequest, runtime: EngineRuntime) -> str | None:
+def _adapter(
+    body: ChatCompletionRequest, runtime: EngineRuntime, release: str | None
+) -> str | None:
     if body.lora_path:
         return body.lora_path
     loaded = runtime.model.snapshot().adapters
+    if release and release in loaded:  # not loaded (yet, or any more): the default serves
+        return release
     for candidate in (body.model, body.model.rpartition(":")[2]):
         if candidate and candidate in loaded:
             return candidate
@@ -55,14 +62,16 @@ def _prompt_ids(body: ChatCompletionRequest, runtime: EngineRuntime) -> list[int
     return [int(token) for token in encoded]
 
 
-def _generation_request(body: ChatCompletionRequest, runtime: EngineRuntime) -> GenerationRequest:
+def _generation_request(
+    body: ChatCompletionRequest, runtime: EngineRuntime, release: str | None = None
+) -> GenerationRequest:
     if body.n != 1:
         raise EngineError("the local engine generates one choice per request (n=1)")
     top = body.top_logprobs or 0
     return GenerationRequest(
         prompt_ids=_prompt_ids(body, runtime),
         sampling=chat_sampling(body, runtime.config.default_max_new_tokens),
-        adapter=_adapter(body, runtime),
+        adapter=_adapter(body, runtime, release),
         top_logprobs=top if body.logprobs else 0,
     )
 
@@ -191,7 +200,7 @@ async def chat_completions(
     ``curl --json '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
     "temperature": 0, "max_tokens": 8}' localhost:30000/v1/chat/completions``"""
     runtime = runtime_of(request)
-    generation = _generation_request(body, runtime)
+    generation = _generation_request(body, runtime, request.headers.get(SERVE_RELEASE_HEADER))
     if not body.stream:
         version, completion = await runtime.complete(generation)
         chat = _Chat(body, runtime, version)

@@ -83,7 +83,7 @@ class EngineRuntime:
             snapshot = self.model.snapshot()
             snapshot.module_for(request.adapter)  # unknown adapter: fail before the thread
             completion = await asyncio.to_thread(self._run, request, snapshot, None)
-            return snapshot.weight_version, completion
+            return snapshot.version_for(request.adapter), completion
 
     async def stream(
         self, request: GenerationRequest
@@ -113,7 +113,7 @@ class EngineRuntime:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         raise item
-                    yield snapshot.weight_version, item
+                    yield snapshot.version_for(request.adapter), item
                     if isinstance(item, Completion):
                         return
             finally:

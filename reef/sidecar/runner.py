@@ -8,6 +8,15 @@ Order of work, written down once:
 3. Follow ``reef.releases``; every new serving head is loaded the same way. Every
    ``check_seconds`` the engine's reported version is compared with the head again.
 
+4. While the scenario has a rollout (:mod:`reef.core.rollouts`: active, or promoted and not
+   yet committed), its candidate is loaded beside the head as a named slot, the release id
+   its name and its weight version (``/load_lora_adapter``: a PEFT folder merged onto the
+   base, a full-weights folder as a second model; the base release as the base model), so
+   the exchanges the API routes to it (``x-reef-serve-release``) are answered by it and
+   report it; the slot is unloaded when the rollout ends. A slot that fails to load is
+   retried every ``check_seconds``; meanwhile the head answers those exchanges and they
+   are recorded as the head's (``served_release_id``).
+
 One task follows the log and only folds it; one loop loads. A load that keeps failing
 (a corrupted artifact, an unreachable engine) retries with backoff until it succeeds or
 a newer head arrives, which cuts the wait short and is loaded instead.
@@ -39,8 +48,9 @@ from reef.artifacts.content import ContentStore
 from reef.artifacts.parts import weights_folder
 from reef.core import topics
 from reef.core.errors import LogError, ReefError
-from reef.core.events import EngineLoaded, EngineLoadFailed, utc_now
+from reef.core.events import EngineLoaded, EngineLoadFailed, ReleaseCommitted, utc_now
 from reef.core.ids import EMPTY_CONTENT_ID, derived_id
+from reef.core.rollouts import RolloutBook
 from reef.engine.engine_client import AsyncEngineClient
 from reef.log.base import LogRecord
 from reef.log.partitioner import partition_for
@@ -81,6 +91,11 @@ class Sidecar:
         self.engine = engine
         self.tracker = HeadTracker(frozenset({config.scenario}))
         self.loaded: str | None = None
+        #: the scenario's rollouts, and the content of each of its releases (the slot's)
+        self.rollouts = RolloutBook()
+        self._contents: dict[str, str] = {}
+        #: the release loaded in the canary slot
+        self.slot: str | None = None
         self._base_path: str | None = None
         #: set by the follower when the scenario's head moved
         self._moved = asyncio.Event()
@@ -97,6 +112,7 @@ class Sidecar:
             while True:
                 self._moved.clear()
                 await self._converge()
+                await self._converge_slot()
                 await self._wait_for_head(self.config.check_seconds)
                 if follower.done():
                     follower.result()  # it only ends by failing: surface that
@@ -130,8 +146,49 @@ class Sidecar:
                 backoff = min(backoff * 2, self.config.max_backoff_seconds)
 
     def _apply(self, record: LogRecord) -> bool:
-        stored = self.store.decode(record)
-        return stored.event is not None and self.tracker.apply(stored.event) is not None
+        """Fold one record; True when the head or the wanted slot changed."""
+        event = self.store.decode(record).event
+        if event is None or event.scenario != self.config.scenario:
+            return False
+        slot = self.wanted_slot()
+        if isinstance(event, ReleaseCommitted):
+            self._contents[event.release_id] = event.content_id
+        self.rollouts.apply(event)
+        return self.tracker.apply(event) is not None or self.wanted_slot() != slot
+
+    def wanted_slot(self) -> str | None:
+        """The candidate of the scenario's rollout while it serves beside the head."""
+        view = self.rollouts.scenario(self.config.scenario)
+        if view is None:
+            return None
+        rollout = view.active or view.promotion_pending
+        return None if rollout is None else rollout.candidate_release_id
+
+    async def _converge_slot(self) -> None:
+        """Load the wanted candidate into the slot (unloading the one there before)."""
+        wanted = self.wanted_slot()
+        if wanted == self.slot:
+            return
+        try:
+            if self.slot is not None:
+                await self.engine.unload_lora_adapter(self.slot)
+                logger.info("engine %s unloaded slot %s", self.config.engine_id, self.slot)
+                self.slot = None
+            if wanted is not None:
+                await self._load_slot(wanted)
+        except (ReefError, OSError) as exc:  # retried on the next round
+            logger.warning("slot %s: %s", wanted, exc)
+
+    async def _load_slot(self, release: str) -> None:
+        folder = weights_folder(await asyncio.to_thread(self._materialise, self._contents[release]))
+        path = str(folder) if folder is not None else self._base_path
+        if path is None:
+            raise LoadRefusedError("no base model path to load")
+        result = await self.engine.load_lora_adapter(release, path, weight_version=release)
+        if not result.success:
+            raise LoadRefusedError(result.error_message or "the engine refused the slot")
+        self.slot = release
+        logger.info("engine %s serves %s in its canary slot", self.config.engine_id, release)
 
     async def _wait_for_head(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when a new head arrives meanwhile."""
