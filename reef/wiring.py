@@ -2,9 +2,12 @@
 
 Everything else receives what it uses: the API gets a running
 :class:`~reef.api.context.AppContext`, replay gets the processors and the host's durable
-tables, tools get a store that opens sealed content. Only this module and the command
-modules (``reef/cli``) choose adapters, import ``trainers``, ``recipes.registry`` or
-``streams`` (``tests/architecture/test_layers.py`` holds them to it).
+tables. Readers of the history (tools, analytics) are assembled by :mod:`reef.stream`
+(``open_stream``, ``readable_store``: re-exported here for the tools that import it from
+this module), through the same factories. Only this module, the command modules
+(``reef/cli``) and that reader choose adapters; only this module and the command modules
+import ``trainers``, ``recipes.registry`` or ``streams``
+(``tests/architecture/test_layers.py`` holds them to it).
 
 Start order of ``reef serve`` (:func:`serving_context`): open the log and ensure topics ->
 publish the seed folder -> start the key ring -> replay the projection to the log's end
@@ -47,13 +50,13 @@ from reef.hosts import embedded as embedded_host
 from reef.hosts.worker import processor_process
 from reef.local_engine import local_engine
 from reef.log import open_log, running
-from reef.log.base import EventLog
 from reef.services.eventstore import EventStore
 from reef.services.judge import in_process_judge
 from reef.services.projection import ProjectionFollower
 from reef.services.replay import DurableRows, DurableTables
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
+from reef.stream import readable_store as readable_store  # tools' readers: reef.stream
 from streams import changelog
 from trainers.runner import in_process_trainer
 
@@ -179,19 +182,6 @@ async def _sidecar(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await engine.aclose()
-
-
-@contextlib.asynccontextmanager
-async def readable_store(
-    log: EventLog, claims: ClaimCheck | None = None
-) -> AsyncIterator[EventStore]:
-    """A store whose reads open sealed content, with its key ring running (tools, CLIs)."""
-    keys = open_keyring(log)
-    await keys.start()
-    try:
-        yield EventStore(log, claims=claims, keys=keys)
-    finally:
-        await keys.close()
 
 
 def durable_tables(settings: Settings) -> DurableTables:

@@ -1,4 +1,4 @@
-"""``reef export``: a topic's events as JSON lines or Parquet (see :mod:`reef.services.export`)."""
+"""``reef export``: a topic's events as JSON lines or Parquet (see :mod:`reef.stream.export`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import Any
 
 import click
 
-from reef.artifacts import ClaimCheck, open_store
 from reef.cli.options import log_options, pop_log_flags, settings_from
+from reef.core.errors import ConfigError
 from reef.core.topics import ALL_TOPICS
-from reef.log import open_log, running
-from reef.services.export import columns, rows, write_jsonl, write_parquet
 from reef.settings import Settings
-from reef.wiring import readable_store
+from reef.stream import SkippedRecord, open_stream
+from reef.stream.export import write_jsonl, write_parquet
 
 #: ISO 8601 as operators write it: date, seconds, fractions, an offset or ``Z``
 _SINCE_FORMATS = [
@@ -28,17 +27,16 @@ _SINCE_FORMATS = [
 ]
 
 
-
-async def _export_rows(
-    settings: Settings, topic: str, since: datetime | None
-) -> list[dict[str, Any]]:
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
-    async with (
-        running(open_log(settings, client_id="reef-export")) as log,
-        readable_store(log, claims) as store,
-    ):
-        return await rows(store, topic, since)
-
+async def _export(
+    settings: Settings, topic: str, fmt: str, since: datetime | None, output: Path
+) -> tuple[int, list[SkippedRecord]]:
+    """(rows written, records skipped as undecodable)."""
+    async with open_stream(settings, topic, since=since, undecodable="skip") as stream:
+        if fmt == "parquet":
+            written = await write_parquet(stream, topic, output)
+        else:
+            written = await write_jsonl(stream, output)
+        return written, stream.skipped
 
 
 @click.command("export")
@@ -62,9 +60,15 @@ def export(
     """Write a topic's decoded events to a JSONL or Parquet file."""
     settings = settings_from(config_file, **pop_log_flags(flags)).settings
     moment = since.replace(tzinfo=since.tzinfo or UTC) if since else None
-    data = asyncio.run(_export_rows(settings, topic, moment))
-    if fmt == "parquet":
-        write_parquet(data, columns(topic), output)
-    else:
-        write_jsonl(data, output)
-    click.echo(f"{len(data)} event(s) of {topic} written to {output}")
+    try:
+        written, skipped = asyncio.run(_export(settings, topic, fmt, moment, output))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(f"{written} event(s) of {topic} written to {output}")
+    if skipped:
+        first = skipped[0]
+        click.echo(
+            f"{len(skipped)} undecodable record(s) skipped, the first at "
+            f"{first.topic}[{first.partition}]@{first.offset}: {first.reason}",
+            err=True,
+        )
