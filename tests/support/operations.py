@@ -6,11 +6,13 @@ reports with every cheap fate (accepted, consumed by a release, rejected as
 proposed as a trainer would (artifacts in the local store, sample ids), a stale proposal
 the chain rejects, and a rollback through the API; the :class:`History` names its parts.
 :func:`embedded_deployment` is one embedded ``reef serve`` on a state dir, with an admin
-and a read token (:func:`deployment_env`).
+and a read token (:func:`deployment_env`); :func:`kafka_deployment` the same on Kafka, with
+``reef streams``, under a topic prefix of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import time
@@ -26,8 +28,10 @@ from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import ReleaseRejected, SampleJoined
 from reef.log.embedded import EmbeddedLog
-from reef.testing.servers import UpstreamProcess, start_reef
+from reef.log.kafka import KafkaLog, delete_prefixed_topics
+from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 from tests.support.deployment import Deployment
+from tests.support.streams import start_streams
 
 # ---------------------------------------------------------------------------
 # The mixed workload (run once per deployment)
@@ -149,12 +153,15 @@ def deployment_env(admin: str, reader: str) -> dict[str, str]:
 
 
 @contextmanager
-def embedded_deployment(upstream: UpstreamProcess, state_dir: Path) -> Iterator[Deployment]:
-    """An embedded ``reef serve`` on ``state_dir``, stopped on leaving."""
+def embedded_deployment(
+    upstream: UpstreamProcess, state_dir: Path, env: dict[str, str] | None = None
+) -> Iterator[Deployment]:
+    """An embedded ``reef serve`` on ``state_dir`` (``env``: more settings), stopped on
+    leaving."""
     admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
     process = start_reef(
         ["--upstream-url", upstream.v1_url],
-        env=deployment_env(admin, reader),
+        env={**deployment_env(admin, reader), **(env or {})},
         state_dir=state_dir,
     )
     try:
@@ -169,3 +176,42 @@ def embedded_deployment(upstream: UpstreamProcess, state_dir: Path) -> Iterator[
         )
     finally:
         process.stop()
+
+
+@contextmanager
+def kafka_deployment(
+    upstream: UpstreamProcess, bootstrap: str, work: Path, env: dict[str, str] | None = None
+) -> Iterator[Deployment]:
+    """``reef serve`` and ``reef streams`` on Kafka under a topic prefix of their own
+    (artifacts in ``work/state``); on leaving both stop and the topics are deleted."""
+    admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
+    prefix = f"t-ops-{uuid.uuid4().hex[:10]}-"
+    kafka = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
+    state = work / "state"
+    flags = [*kafka, "--state-dir", str(state)]
+    created = run_reef("topics", "create", *flags)
+    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
+    worker = start_streams(bootstrap, prefix, work / "streams")
+    process: ReefProcess | None = None
+    try:
+        process = start_reef(
+            [*kafka, "--upstream-url", upstream.v1_url],
+            env={**deployment_env(admin, reader), **(env or {})},
+            state_dir=state,
+        )
+        worker.wait_ready()
+        yield Deployment(
+            name="kafka",
+            process=process,
+            admin_token=admin,
+            read_token=reader,
+            new_log=lambda: KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-e2e-ops"),
+            content=ContentStore(LocalArtifactStore.in_state_dir(state)),
+            log_flags=flags,
+            decide_timeout=60.0,
+        )
+    finally:
+        if process is not None:
+            process.stop()
+        worker.managed.stop(timeout=20)
+        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
