@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reef.api.upstream import Upstream, UpstreamBrokeError
-from reef.core.errors import RequestError
+from reef.api.upstream import Upstream
+from reef.core.errors import RequestError, UpstreamBrokeError
 from reef.settings import Settings
 from reef.testing.servers import dead_url
 
