@@ -197,9 +197,13 @@ def start_reef_infra(
             "--reef.run-dir",
             str(run_dir),
         ],
-        env={k: v for k, v in os.environ.items() if not k.startswith("REEF_")},
+        # its own `reef` package: not this checkout's (the working directory is on sys.path)
+        env={
+            k: v for k, v in os.environ.items() if not k.startswith("REEF_") and k != "PYTHONPATH"
+        },
         log_dir=workdir,
         name="reef-infra",
+        cwd=workdir,
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -114,7 +114,12 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> int:
 
 
 def spawn(
-    argv: Sequence[str], *, env: Mapping[str, str], log_dir: Path, name: str
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    name: str,
+    cwd: Path = REPO_ROOT,
 ) -> ManagedProcess:
     log_dir.mkdir(parents=True, exist_ok=True)
     stdout_path = log_dir / f"{name}.stdout.log"
@@ -126,7 +131,7 @@ def spawn(
             stderr=err,
             stdin=subprocess.DEVNULL,
             env=dict(env),
-            cwd=REPO_ROOT,
+            cwd=cwd,
         )
     return ManagedProcess(list(argv), process, stdout_path, stderr_path)
 
