@@ -38,7 +38,7 @@ async def local_engine(model: str, log_dir: Path) -> AsyncIterator[str]:
     process, log = await asyncio.to_thread(_spawn, argv, log_dir / "engine.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        await _wait_ready(process, url)
+        await _wait_ready(process, url, log_dir / "engine.log")
         yield url
     finally:
         process.terminate()
@@ -55,13 +55,24 @@ def _spawn(argv: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], Bi
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log
 
 
-async def _wait_ready(process: subprocess.Popen[bytes], url: str) -> None:
+def _last_line(log_path: Path) -> str:
+    """The engine's last words (``reef engine`` says in one line why it stopped)."""
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f": {lines[-1].strip()}" if lines else ""
+
+
+async def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
     async with httpx.AsyncClient(timeout=2.0) as client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READY_SECONDS
         while loop.time() < deadline:
             if process.poll() is not None:
-                raise ConfigError(f"the local engine exited with {process.returncode}")
+                raise ConfigError(
+                    f"the local engine exited with {process.returncode}{_last_line(log_path)}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if (await client.get(f"{url}/health")).status_code == 200:
                     return

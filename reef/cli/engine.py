@@ -6,6 +6,7 @@ torch and the app are imported when the command runs.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -89,16 +90,27 @@ def engine(
 
 
 def run(config: EngineConfig) -> None:
-    """Serve ``config`` with uvicorn (one worker) until interrupted."""
+    """Serve ``config`` with uvicorn (one worker) until interrupted; a model it cannot
+    load (no such folder, no chat template, a tokenizer that does not fit the weights)
+    stops it before it listens, with one line and exit status 2."""
     import uvicorn
     from transformers.utils import logging as transformers_logging
 
+    from reef.engine.errors import EngineError
+    from reef.engine.loader import load_engine_model
     from reef.engine.server import create_app
 
     disable: Any = transformers_logging.disable_progress_bar
     disable()
+    try:
+        model = load_engine_model(
+            config.model, device=config.device, weight_version=config.weight_version
+        )
+    except EngineError as exc:
+        click.echo(f"reef engine: {exc}", err=True)
+        sys.exit(2)
     uvicorn.run(
-        create_app(config),
+        create_app(config, model),
         host=config.host,
         port=config.port,
         workers=1,
