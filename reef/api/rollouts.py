@@ -88,8 +88,10 @@ def _view(ctx: AppContext, scenario: str) -> ScenarioRollouts:
     return view
 
 
-def _find(view: ScenarioRollouts, rollout_id: str) -> Rollout:
-    for rollout in view.rollouts:
+def _find(ctx: AppContext, scenario: str, rollout_id: str) -> Rollout:
+    registry.find(ctx, scenario)
+    view = ctx.projection.state.rollouts.scenario(scenario)
+    for rollout in [] if view is None else view.rollouts:
         if rollout.rollout_id == rollout_id:
             return rollout
     raise _refused("unknown_rollout", rollout_id)
@@ -234,8 +236,7 @@ async def _decide(
     ctx = context_of(request)
     principal = ctx.authenticate(request, "admin")
     principal.require_scenario(checked_scenario(scenario))
-    view = _view(ctx, scenario)
-    rollout = _find(view, rollout_id)
+    rollout = _find(ctx, scenario, rollout_id)
     if _decided_so(rollout, outcome):
         return ctx, rollout
     event = RolloutDecided(
@@ -252,7 +253,7 @@ async def _decide(
     if refused is not None:
         raise _refused(refused, f"{rollout.status} ({rollout.reason})")
     await ctx.projection.wait_for(await ctx.store.append(event))
-    rollout = _find(_view(ctx, scenario), rollout_id)
+    rollout = _find(ctx, scenario, rollout_id)
     if not _decided_so(rollout, outcome):  # a decision already in the log came first
         raise _refused("rollout_ended", f"{rollout.status} ({rollout.reason})")
     return ctx, rollout
