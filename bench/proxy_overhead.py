@@ -151,6 +151,19 @@ def kafka_answers(bootstrap: str) -> bool:
         return False
 
 
+def listening(proc: ManagedProcess, port: int) -> str:
+    """The chat completions URL of an anchor once its port accepts connections."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return f"http://127.0.0.1:{port}/v1/chat/completions"
+        except OSError:
+            time.sleep(0.5)
+    proc.stop()
+    raise SystemExit(f"{proc.argv[0]} did not start\n{proc.output()}")
+
+
 def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[ManagedProcess, str]:
     port = free_port()
     config = workdir / "litellm.yaml"
@@ -164,15 +177,7 @@ def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[Man
         log_dir=workdir,
         name="litellm",
     )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, f"http://127.0.0.1:{port}/v1/chat/completions"
-        except OSError:
-            time.sleep(0.5)
-    proc.stop()
-    raise SystemExit(f"litellm did not start\n{proc.output()}")
+    return proc, listening(proc, port)
 
 
 def start_reef_infra(
@@ -205,15 +210,7 @@ def start_reef_infra(
         name="reef-infra",
         cwd=workdir,
     )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, f"http://127.0.0.1:{port}/v1/chat/completions"
-        except OSError:
-            time.sleep(0.5)
-    proc.stop()
-    raise SystemExit(f"reef-infra did not start\n{proc.output()}")
+    return proc, listening(proc, port)
 
 
 def main() -> None:
