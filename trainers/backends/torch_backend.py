@@ -84,7 +84,11 @@ def load(folder: Path | None, base_model: str) -> tuple[torch.nn.Module, Any]:
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=torch.float32
         )
-        tokenizer = build_tokenizer() if builtin else AutoTokenizer.from_pretrained(path)
+        tokenizer = (
+            build_tokenizer()
+            if builtin
+            else AutoTokenizer.from_pretrained(path, local_files_only=True)
+        )
     except (OSError, ValueError) as exc:
         raise TrainingError(f"cannot load model folder {path}: {exc}") from exc
     try:
