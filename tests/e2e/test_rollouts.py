@@ -318,15 +318,25 @@ def test_an_operator_ends_a_rollout_at_once(dep: Deployment) -> None:
 def test_two_api_replicas_route_every_session_alike(
     dep: Deployment, upstream: UpstreamProcess, tmp_path: Path
 ) -> None:
-    if dep.name != "kafka":
-        pytest.skip("one API process on the embedded log")
+    """A second API process routes every session as the first: on Kafka another `reef
+    serve`; on the embedded log an API-only process on the same log file (`serve_role:
+    api`, what the other workers of `reef serve --workers` are)."""
     scenario = dep.create_scenario("canary-replicas")
     candidate = held_release(dep, scenario, "replicas")
     started = start(dep, scenario, candidate, min_exchanges=100_000).json()
     env = _env(dep.admin_token, dep.read_token)
-    second = start_reef(
-        [*dep.log_flags, "--upstream-url", upstream.v1_url], env=env, state_dir=tmp_path / "r2"
-    )
+    if dep.name == "embedded":
+        second = start_reef(
+            ["--upstream-url", upstream.v1_url],
+            env={**env, "REEF_SERVE_ROLE": "api"},
+            state_dir=dep.state_dir,
+        )
+    else:
+        second = start_reef(
+            [*dep.log_flags, "--upstream-url", upstream.v1_url],
+            env=env,
+            state_dir=tmp_path / "r2",
+        )
     try:
         sessions = [f"r-{n}" for n in range(24)]
         one = {s: served(dep, scenario, s)[1] for s in sessions}
