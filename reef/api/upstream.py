@@ -151,7 +151,11 @@ class Upstream:
         response: aiohttp.ClientResponse | None = None
         try:
             response = await self._client().request(
-                request.method, request.url, data=request.body, headers=request.headers
+                request.method,
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                allow_redirects=False,  # a redirect is the provider's answer, relayed as is
             )
             if stream:
                 return UpstreamReply(response, None)

@@ -21,6 +21,8 @@ async def _provider(seen: list[str | None]) -> TestServer:
         seen.append(request.headers.get("cookie"))
         if request.query.get("mode") == "slow":
             await asyncio.sleep(2)
+        if request.query.get("mode") == "redirect":  # not followed: the key stays here
+            return web.Response(status=307, headers={"location": "/v1/elsewhere"})
         if request.query.get("mode") == "broken":  # a stream that ends mid-body
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})
             response.content_length = 1000
@@ -33,8 +35,13 @@ async def _provider(seen: list[str | None]) -> TestServer:
             {"ok": True}, headers={"set-cookie": "affinity=tenant-a; Path=/; Domain=127.0.0.1"}
         )
 
+    async def elsewhere(request: web.Request) -> web.StreamResponse:
+        seen.append("followed")
+        return web.json_response({})
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/elsewhere", elsewhere)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     return server
@@ -112,3 +119,17 @@ async def test_a_stream_that_breaks_off_raises_upstream_broke(
     finally:
         await upstream.aclose()
     assert b"".join(chunks) == b"data: {}\n\n"
+
+
+async def test_a_redirect_is_relayed_not_followed(
+    provider: tuple[TestServer, list[str | None]],
+) -> None:
+    server, seen = provider
+    upstream = _upstream(server)
+    try:
+        request = upstream.build("POST", "/chat/completions?mode=redirect", b"{}", {})
+        response = await upstream.send(request, stream=False)
+    finally:
+        await upstream.aclose()
+    assert response.status_code == 307 and response.headers["location"] == "/v1/elsewhere"
+    assert "followed" not in seen
