@@ -47,17 +47,17 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if settings.workers > 1:
-        from reef.cli.serve_workers import supervise
-
-        sys.exit(supervise(settings))
     from reef.wiring import create_app
 
-    try:
+    try:  # with --workers too: a configuration every worker would refuse stops here
         app = create_app(settings)
     except ConfigError as exc:
         click.echo(f"reef serve: {exc}", err=True)
         sys.exit(2)
+    if settings.workers > 1:
+        from reef.cli.serve_workers import supervise
+
+        sys.exit(supervise(settings))
     if settings.insecure and settings.token is None and not settings.tokens.get_secret_value():
         click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
     config = uvicorn.Config(

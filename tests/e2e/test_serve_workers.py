@@ -21,6 +21,7 @@ import pytest
 
 from reef.core.events import SampleJoined
 from reef.core.topics import SAMPLES
+from reef.testing.servers import run_reef
 from tests.support.api import chat_body, unique_scenario
 from tests.support.reef_server import ReefServer
 
@@ -170,3 +171,36 @@ def test_sigterm_stops_every_worker(reef_server: ReefServer) -> None:
             not Path(f"/proc/{pid}").exists()
             or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
         ), command(pid)
+
+
+def test_a_configuration_every_worker_would_refuse_stops_the_supervisor_at_once(
+    tmp_path: Path,
+) -> None:
+    """No token: one line and exit 2 from the supervisor, no worker started and restarted."""
+    result = run_reef(
+        "serve",
+        "--workers",
+        "2",
+        "--upstream-url",
+        "http://127.0.0.1:9/v1",
+        "--state-dir",
+        str(tmp_path / "state"),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "no token configured" in result.stderr
+    assert "worker" not in result.stderr
+
+
+def test_workers_without_an_upstream_are_refused_with_one_line(tmp_path: Path) -> None:
+    result = run_reef(
+        "serve",
+        "--workers",
+        "2",
+        "--state-dir",
+        str(tmp_path / "state"),
+        env={"REEF_TOKEN": "t"},
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--workers needs an upstream" in result.stderr
