@@ -67,6 +67,8 @@ class InferenceRecorded(Event):
     message_fingerprints: list[str] | None = None
     answer_fingerprint: str | None = None
     has_tools: bool | None = None
+    #: a shadow copy's served exchange (its receipt): never returned, never trained on
+    shadow_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
