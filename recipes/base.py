@@ -50,6 +50,7 @@ from pydantic import (
 
 from recipes.errors import RecipeConfigError, RecipeError
 from recipes.gates import Decision, Evaluation, GateConfig, decide
+from recipes.rollout import RolloutConfig
 from recipes.samples import Sample
 from recipes.strict import StrictModel
 
@@ -176,6 +177,11 @@ class RecipeConfig(StrictModel):
     )
     decision_timeout_s: float = Field(
         default=120.0, gt=0, description="Longest wait for the chain's decision on a proposal."
+    )
+    rollout: RolloutConfig | None = Field(
+        default=None,
+        description="Try each accepted candidate on live traffic (canary or shadow) before "
+        "it serves all: recipes/rollout.py.",
     )
 
 

@@ -2,7 +2,8 @@
 
 :class:`ChainView` folds ``reef.scenarios`` (each scenario's recipe), ``reef.releases``
 (heads, release heights, consumed sample ids, decisions) and ``reef.release-proposals``
-(proposals, to find this trainer group's undecided ones after a restart). A release's
+(proposals, to find this trainer group's undecided ones after a restart), and the
+scenarios' rollouts by the API's own fold (:class:`reef.core.rollouts.RolloutBook`). A release's
 *height* is its position in the scenario's line of serving releases (creation = 0), so
 the staleness of a sample is ``height(head) - height(release that served it)``.
 
@@ -22,8 +23,11 @@ from reef.core.events import (
     ReleaseCommitted,
     ReleaseProposed,
     ReleaseRejected,
+    RolloutDecided,
+    RolloutStarted,
     ScenarioCreated,
 )
+from reef.core.rollouts import RolloutBook
 from reef.services.eventstore import EventStore, StoredEvent
 
 
@@ -56,8 +60,11 @@ class ChainView:
         self.proposals: dict[str, ReleaseProposed] = {}
         #: every committed release, in log order (what a ReleaseObserver recipe folds)
         self.releases: dict[str, ReleaseCommitted] = {}
+        self.rollouts = RolloutBook()
 
     def apply(self, event: Event) -> None:
+        if isinstance(event, ReleaseCommitted | RolloutStarted | RolloutDecided):
+            self.rollouts.apply(event)
         if isinstance(event, ScenarioCreated):
             self.recipes.setdefault(event.scenario, event.recipe)
         elif isinstance(event, ReleaseCommitted):
@@ -91,6 +98,11 @@ class ChainView:
         if chain is None or chain.head is None:
             return None
         return chain.head, chain.contents[chain.head]
+
+    def rollout_live(self, scenario: str) -> bool:
+        """Whether a rollout of the scenario is live or its promotion not committed yet."""
+        view = self.rollouts.scenario(scenario)
+        return view is not None and (view.active or view.promotion_pending) is not None
 
     def staleness(self, scenario: str, release_ids: Iterable[str]) -> int | None:
         """Releases the head is ahead of the oldest serving release; None if one is unknown."""

@@ -22,7 +22,11 @@ Order of work, written down once (what a crash between two steps means is in bra
    done (counted, logged); unless the recipe keeps rejected candidates
    (``ReleaseObserver.keep_rejected``): then steps 5-6 propose it as a *pending* release
    (recorded and consuming the batch, never served). [A crash here retrains the batch:
-   no release holds it.]
+   no release holds it.] With the recipe's ``rollout`` set, a selected candidate is
+   proposed pending with the policy: the chain commits it held and starts its rollout,
+   and no further batch of the scenario trains (full batches wait, re-checked every
+   second) until the rollout is decided and a promotion committed, so each candidate is
+   tried against the head it was trained from.
 5. Publish the candidate's folder (content-addressed), then append ReleaseProposed
    naming the parent it trained from and the sample ids it consumed. Its proposal id is
    derived from (group, scenario, parent, sample ids), so a retry after a crash is the
@@ -61,6 +65,7 @@ from reef.core import topics
 from reef.core.errors import ReefError
 from reef.core.events import ReleaseCommitted, ReleaseProposed, SampleJoined, utc_now
 from reef.core.ids import EMPTY_CONTENT_ID, canonical_json, derived_id
+from reef.core.shadow import trains
 from reef.log.base import LogRecord
 from reef.services.eventstore import EventStore
 from trainers.batcher import Batcher
@@ -188,9 +193,8 @@ class Trainer:
                 raise TrainerError("the sample reader stopped")
             try:
                 record = await asyncio.wait_for(self._queue.get(), wait or 1.0)
-            except TimeoutError:
-                if wait is not None:
-                    await self._train_ready(partial=True)
+            except TimeoutError:  # full batches held back by a live rollout are retried
+                await self._train_ready(partial=wait is not None)
                 await self._commit()
                 continue
             await self._ingest(record)
@@ -214,6 +218,9 @@ class Trainer:
         if view.recipes.get(event.scenario) != self.config.recipe_name:
             return
         self.progress.samples_read += 1
+        if not trains(event):  # it holds a shadow copy: it scored a candidate, it never trains
+            self._skip(event.event_id, event.scenario, "shadow_exchange")
+            return
         if event.event_id in view.consumed or event.event_id in self.batcher:
             if event.event_id in view.consumed:
                 self.progress.skip(event.event_id, event.scenario, "already_consumed")
@@ -267,6 +274,8 @@ class Trainer:
             if not partial and not self.batcher.ready(scenario):
                 continue
             await self._catch_up()
+            if self.recipe.config.rollout is not None and self.follower.view.rollout_live(scenario):
+                continue  # the live rollout decides before the next candidate trains
             for sample, reason in self.batcher.prune(scenario, self._reason):
                 self._pending.pop(sample.sample_id, None)
                 self._skip(sample.sample_id, scenario, reason)
@@ -374,8 +383,15 @@ class Trainer:
         if not selected and not self._keeps_rejected(evaluation):
             return None
         new_content = await asyncio.to_thread(self.content.publish_dir, candidate.folder)
+        rollout = self.recipe.config.rollout if selected else None
         proposal = self._proposal(
-            batch, release_id, new_content, candidate.metrics, verdict, pending=not selected
+            batch,
+            release_id,
+            new_content,
+            candidate.metrics,
+            verdict,
+            pending=not selected or rollout is not None,
+            rollout_json=None if rollout is None else rollout.policy_json(),
         )
         await self.store.append(proposal)
         self.progress.proposals["proposed"] += 1
@@ -387,6 +403,8 @@ class Trainer:
         )
         decision = await self._decision(proposal.proposal_id)
         self._record(step, proposal.proposal_id, decision, pending=not selected)
+        if rollout is not None and decision.committed:
+            step["rollout"] = rollout.mode  # the chain started it with the release
         return decision
 
     def _keeps_rejected(self, evaluation: Evaluation) -> bool:
@@ -451,6 +469,7 @@ class Trainer:
         evaluation: dict[str, Any],
         *,
         pending: bool = False,
+        rollout_json: str | None = None,
     ) -> ReleaseProposed:
         proposal_id = derived_id(
             "proposal", self.config.group, batch.scenario, parent, *batch.sample_ids
@@ -470,6 +489,7 @@ class Trainer:
             evaluation_json=canonical_json(evaluation),
             sample_ids=batch.sample_ids,
             pending=pending,
+            rollout_json=rollout_json,
         )
 
     async def _decision(self, proposal_id: str) -> ChainDecision:

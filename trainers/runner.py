@@ -22,6 +22,7 @@ from recipes.base import Recipe
 from recipes.registry import recipe_from_settings
 from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
+from reef.core.errors import ConfigError
 from reef.services import supervision
 from reef.services.eventstore import EventStore
 from reef.services.supervision import FIRST_BACKOFF_S
@@ -41,6 +42,11 @@ def build_trainer(
 ) -> Trainer:
     """A trainer for the deployment's recipe (not started)."""
     chosen = recipe or recipe_from_settings(settings, config_file)
+    if chosen.config.rollout is not None and not settings.rollouts:
+        raise ConfigError(
+            f"recipe {settings.recipe!r} rolls its candidates out (rollout:), which needs "
+            "REEF_ROLLOUTS=true here and where the API and the processors run"
+        )
     content = content or ContentStore(open_store(settings))
     claims = ClaimCheck(content.store, settings.claim_check_bytes)
     config = TrainerConfig(

@@ -6,9 +6,19 @@ otherwise it is rejected as ``stale_parent`` and never forced. Rollback and prom
 republish an earlier release's content as a new release, so history is never rewritten.
 A release id hashes (scenario, parent, content, operation): the chain is tamper-evident.
 Samples consumed by a committed release can never be consumed by another.
+
+A held (``pending``) training proposal may carry a rollout policy (``rollout_json``, the
+recipe's ``rollout``): its commit and the ``RolloutStarted`` of its rollout are one step's
+output, so the candidate and its trial are appended together or not at all. A policy that
+does not parse or that :meth:`reef.core.rollouts.RolloutPolicy.problem` refuses rejects
+the proposal (``invalid_rollout``). Whether the start applies is the rollouts fold's
+decision (:func:`reef.core.rollouts.validate`: e.g. a rollout already live refuses it);
+the chain does not fold rollouts, and a refused start leaves the candidate held.
 """
 
 from __future__ import annotations
+
+import json
 
 from reef.core import topics
 from reef.core.events import (
@@ -16,9 +26,11 @@ from reef.core.events import (
     ReleaseCommitted,
     ReleaseProposed,
     ReleaseRejected,
+    RolloutStarted,
     ScenarioCreated,
 )
 from reef.core.ids import EMPTY_CONTENT_ID, derived_id, release_id
+from reef.core.rollouts import RolloutPolicy
 from reef.core.state import KeyValueState
 
 PRODUCER = "reef-chain"
@@ -38,6 +50,8 @@ class ReleaseChainProcessor:
                 return []  # redelivered: already decided
             decision = self._decide(state, event)
             state.set(f"proposal/{event.proposal_id}", decision.type_name())
+            if isinstance(decision, ReleaseCommitted) and event.rollout_json is not None:
+                return [decision, _rollout_start(decision, rollout_policy(event.rollout_json))]
             return [decision]
         return []
 
@@ -71,7 +85,7 @@ class ReleaseChainProcessor:
             return _rejected(p, "invalid_operation", head)
         if p.parent_release_id != head:
             return _rejected(p, "stale_parent", head)
-        reason = self._check_target(state, p)
+        reason = self._check_target(state, p) or _rollout_refusal(p)
         if reason is not None:
             return _rejected(p, reason, head)
         if any(state.get(f"sample/{p.scenario}/{s}") is not None for s in p.sample_ids):
@@ -126,6 +140,48 @@ class ReleaseChainProcessor:
             sample_ids=list(p.sample_ids),
             pending=p.pending,
         )
+
+
+def rollout_policy(rollout_json: str) -> RolloutPolicy:
+    """The policy a proposal's ``rollout_json`` names (``ValueError``/``TypeError`` if it
+    is not one)."""
+    fields = json.loads(rollout_json)
+    if not isinstance(fields, dict):
+        raise TypeError("a rollout policy is a JSON object")
+    return RolloutPolicy(**fields)
+
+
+def _rollout_refusal(p: ReleaseProposed) -> str | None:
+    if p.rollout_json is None:
+        return None
+    if not p.pending or p.operation != "training":
+        return "invalid_rollout"  # only a held training candidate is tried live
+    try:
+        problem = rollout_policy(p.rollout_json).problem()
+    except (ValueError, TypeError):
+        return "invalid_rollout"
+    return None if problem is None else "invalid_rollout"
+
+
+def _rollout_start(committed: ReleaseCommitted, policy: RolloutPolicy) -> RolloutStarted:
+    """The start of the rollout a held candidate was proposed with; its id derives from
+    the release, so a redone step starts the same rollout."""
+    rollout_id = derived_id("rollout", committed.scenario, committed.release_id)
+    return RolloutStarted(
+        event_id=derived_id("rollout-started", committed.scenario, rollout_id),
+        scenario=committed.scenario,
+        occurred_at=committed.occurred_at,
+        producer=PRODUCER,
+        rollout_id=rollout_id,
+        candidate_release_id=committed.release_id,
+        head_release_id=committed.parent_release_id or "",
+        mode=policy.mode,
+        share=policy.share,
+        min_exchanges=policy.min_exchanges,
+        max_duration_s=policy.max_duration_s,
+        alpha=policy.alpha,
+        requested_by=committed.proposal_id,
+    )
 
 
 def _rejected(p: ReleaseProposed, reason: str, head: str | None) -> ReleaseRejected:

@@ -144,6 +144,7 @@ class ReleaseProposed(Event):
     evaluation_json: str = "{}"
     sample_ids: list[str] = field(default_factory=list)
     pending: bool = False
+    rollout_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
