@@ -1,4 +1,4 @@
-"""``reef stack``: start, stop and inspect the local Kafka + S3 stack."""
+"""``reef stack``: start, stop and inspect the local Kafka + S3 + schema registry stack."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from reef.stack import kafka, process, seaweed
+from reef.stack import kafka, process, registry, seaweed
 from reef.stack.paths import (
     ENV_STACK_HOME,
     ENV_TEST_KAFKA_BOOTSTRAP,
@@ -16,6 +16,7 @@ from reef.stack.paths import (
     ENV_TEST_S3_BUCKET,
     ENV_TEST_S3_ENDPOINT,
     ENV_TEST_S3_SECRET_KEY,
+    ENV_TEST_SCHEMA_REGISTRY_URL,
     load_settings,
 )
 from reef.stack.process import StackError
@@ -27,7 +28,7 @@ def _echo(message: str) -> None:
 
 @click.group()
 def stack() -> None:
-    """Local Kafka (KRaft) and S3 (SeaweedFS) for development and tests.
+    """Local Kafka (KRaft), S3 (SeaweedFS) and a schema registry (Apicurio) for development.
 
     Installs into $REEF_STACK_HOME (default ~/.cache/reef-stack).
     """
@@ -45,16 +46,27 @@ def stack() -> None:
 @click.option(
     "--s3/--no-s3", "with_s3", default=True, show_default=True, help="Start SeaweedFS S3."
 )
-def up(with_kafka: bool, cluster: bool, with_s3: bool) -> None:
+@click.option(
+    "--registry/--no-registry",
+    "with_registry",
+    default=True,
+    show_default=True,
+    help="Start the Confluent-compatible schema registry (Apicurio).",
+)
+def up(with_kafka: bool, cluster: bool, with_s3: bool, with_registry: bool) -> None:
     """Install what is missing, start the services, wait until they answer."""
     # Readiness probes see refused connections while brokers boot; aiokafka logs each one.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings = load_settings()
     try:
+        if with_registry:  # its JVM boots while Kafka and S3 start; waited for last
+            registry.launch(settings, echo=_echo)
         if with_kafka:
             kafka.up(settings, "cluster" if cluster else "single", echo=_echo)
         if with_s3:
             seaweed.up(settings, echo=_echo)
+        if with_registry:
+            registry.up(settings, echo=_echo)
     except StackError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -66,6 +78,7 @@ def down(wipe: bool) -> None:
     settings = load_settings()
     services = [svc for shape in kafka.SHAPES for svc in kafka.services(settings, shape)]
     services.append(seaweed.service_for(settings))
+    services.append(registry.service_for(settings))
     stopped = process.stop_all(services, timeout=30.0)
     for service in stopped:
         _echo(f"Stopped {service.name}")
@@ -75,6 +88,7 @@ def down(wipe: bool) -> None:
         for shape in kafka.SHAPES:
             kafka.wipe(settings, shape)
         seaweed.wipe(settings)
+        registry.wipe(settings)
         _echo(f"Wiped data and logs under {settings.run_dir}")
 
 
@@ -83,8 +97,8 @@ def down(wipe: bool) -> None:
 def status(quiet: bool) -> None:
     """Show what is installed and running.
 
-    Exits 0 when the default stack (`reef stack up`: the single Kafka node and
-    S3) is running, 1 otherwise.
+    Exits 0 when the single Kafka node and S3 are running, 1 otherwise (the schema
+    registry is shown but not required: a stack started before it existed still counts).
     """
     settings = load_settings()
 
@@ -98,6 +112,9 @@ def status(quiet: bool) -> None:
     say(f"stack home: {settings.home}")
     say(f"kafka {kafka.KAFKA_VERSION} jars: {jars} ({install.libs})")
     say(f"seaweedfs binary: {'built' if weed.is_file() else 'not built'} ({weed})")
+    apicurio = registry.install_for(settings)
+    unpacked = "installed" if apicurio.is_complete() else "not installed"
+    say(f"apicurio registry {registry.VERSION}: {unpacked} ({apicurio.root})")
     default_up = True
     for shape_name in kafka.SHAPES:
         shape = kafka.shape_for(settings, shape_name)
@@ -116,6 +133,10 @@ def status(quiet: bool) -> None:
     state = f"running (pid {pid})" if pid else "stopped"
     endpoint = seaweed.LOCAL_ENDPOINT.endpoint
     say(f"s3 (seaweedfs): {state}, {endpoint}, log {service.log_file}")
+    reg = registry.service_for(settings)
+    reg_pid = reg.pid()
+    state = f"running (pid {reg_pid})" if reg_pid else "stopped"
+    say(f"schema registry (apicurio): {state}, {registry.LOCAL_URL}, log {reg.log_file}")
     if not default_up:
         sys.exit(1)
 
@@ -134,6 +155,7 @@ def env() -> None:
         ENV_TEST_S3_ACCESS_KEY: s3.access_key,
         ENV_TEST_S3_SECRET_KEY: s3.secret_key,
         ENV_TEST_S3_BUCKET: s3.bucket,
+        ENV_TEST_SCHEMA_REGISTRY_URL: registry.LOCAL_URL,
     }
     for name, value in values.items():
         click.echo(f"export {name}={shlex.quote(value)}")
@@ -142,6 +164,8 @@ def env() -> None:
         _echo("note: the single Kafka node is not running (reef stack up)")
     if not seaweed.service_for(settings).is_running():
         _echo("note: SeaweedFS is not running (reef stack up)")
+    if not registry.service_for(settings).is_running():
+        _echo("note: the schema registry is not running (reef stack up)")
 
 
 def main() -> None:  # pragma: no cover - `python -m reef.cli.stack`

@@ -1,6 +1,7 @@
 """Where the local stack lives, and the only place that reads the environment.
 
-Everything the stack installs or writes (Kafka jars, the SeaweedFS binary, data,
+Everything the stack installs or writes (Kafka jars, the SeaweedFS binary, the schema
+registry's distribution, data,
 logs, pid files) goes under ``$REEF_STACK_HOME`` (default
 ``~/.cache/reef-stack``), outside the repository.
 """
@@ -18,6 +19,7 @@ ENV_TEST_S3_ENDPOINT = "REEF_TEST_S3_ENDPOINT"
 ENV_TEST_S3_ACCESS_KEY = "REEF_TEST_S3_ACCESS_KEY"
 ENV_TEST_S3_SECRET_KEY = "REEF_TEST_S3_SECRET_KEY"  # noqa: S105 - a variable name
 ENV_TEST_S3_BUCKET = "REEF_TEST_S3_BUCKET"
+ENV_TEST_SCHEMA_REGISTRY_URL = "REEF_TEST_SCHEMA_REGISTRY_URL"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class StackSettings:
     external_s3_access_key: str | None = None
     external_s3_secret_key: str | None = None
     external_s3_bucket: str | None = None
+    external_schema_registry_url: str | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -63,4 +66,5 @@ def load_settings(environ: Mapping[str, str] | None = None) -> StackSettings:
         external_s3_access_key=opt(ENV_TEST_S3_ACCESS_KEY),
         external_s3_secret_key=opt(ENV_TEST_S3_SECRET_KEY),
         external_s3_bucket=opt(ENV_TEST_S3_BUCKET),
+        external_schema_registry_url=opt(ENV_TEST_SCHEMA_REGISTRY_URL),
     )
