@@ -11,7 +11,9 @@ or ReportRejected with a reason. Rules, in the order applied:
 3. a reference not recorded yet parks the report until it arrives, or until the
    event time of this partition passes the report's deadline (``unknown_reference``);
 4. with session merging on, each reference brings the unconsumed earlier turns of its
-   conversation; the sample lists receipts in conversation (event-time) order.
+   conversation; the sample lists receipts in conversation (event-time) order;
+5. a shadow copy (:mod:`reef.core.shadow`) joins like any exchange but belongs to no
+   conversation, and its trajectory step keeps ``shadow_of``: it may score, never train.
 
 Event time, not wall time, drives expiry so that replay reproduces every decision.
 Bodies that were claim-checked stay references (``{"claim": "sha256:<oid>"}``) in the
@@ -44,6 +46,7 @@ from reef.core.events import (
 )
 from reef.core.ids import derived_id, scenario_tag
 from reef.core.sealed import sealed_copy
+from reef.core.shadow import SHADOW_KEY
 from reef.core.state import KeyValueState
 
 PRODUCER = "reef-join"
@@ -58,6 +61,16 @@ class JoinSettings:
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def _step(receipt: str, record: dict[str, Any]) -> dict[str, Any]:
+    """One exchange of a sample's trajectory; a shadow copy keeps its mark, so the
+    never-trained rule reads it from the sample alone (:func:`reef.core.shadow.trains`)."""
+    step: dict[str, Any] = {"receipt": receipt}
+    step.update((k, record[k]) for k in ("release_id", "route", "request", "response"))
+    if record.get(SHADOW_KEY) is not None:
+        step[SHADOW_KEY] = record[SHADOW_KEY]
+    return step
 
 
 class JoinProcessor:
@@ -125,7 +138,9 @@ class JoinProcessor:
             "response": response,
             "parent": None,
         }
-        if self.settings.merge_sessions and not event.sealed:
+        if event.shadow_of is not None:  # a shadow copy: in no conversation (reef.core.shadow)
+            record[SHADOW_KEY] = event.shadow_of
+        elif self.settings.merge_sessions and not event.sealed:
             record["parent"] = self._link_session(
                 state, event.scenario, request, response, event.event_id
             )
@@ -308,16 +323,7 @@ class JoinProcessor:
         )
         records = [found[r] for r in receipts]
         releases = list(dict.fromkeys(rec["release_id"] for rec in records))
-        trajectory = [
-            {
-                "receipt": r,
-                "release_id": rec["release_id"],
-                "route": rec["route"],
-                "request": rec["request"],
-                "response": rec["response"],
-            }
-            for r, rec in zip(receipts, records, strict=True)
-        ]
+        trajectory = [_step(r, rec) for r, rec in zip(receipts, records, strict=True)]
         return SampleJoined(
             event_id=derived_id("sample", report["scenario"], report["id"], report["hash"]),
             scenario=report["scenario"],

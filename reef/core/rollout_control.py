@@ -20,10 +20,17 @@ scenario, in log order:
 3. While a rollout is live, an exchange served by the head or the candidate (the release
    that really served it: ``served_release_id``, else the routed ``release_id``) adds
    its error flag (incomplete, or a status of 400 or more) to that arm; an exchange of
-   any other release (a pinned one) is not counted.
+   any other release (a pinned one) is not counted. In a shadow rollout the head's arm
+   counts the exchanges clients were answered with and the candidate's its shadow
+   copies (:mod:`reef.core.shadow`: their release is the candidate, and a copy the
+   candidate failed to answer is recorded incomplete, so it counts as an error).
+   Exchanges outside the shadow share count for the head too: the decision rule of a
+   shadow policy groups ``1 / share`` head outcomes per candidate outcome.
 4. A sample whose releases are all one arm's adds its score to that arm, read on
    [0, 1]: below 0 counts as 0, above 1 as 1 (a judged turn's -1 is a 0, its +1 a 1).
-   A sample spanning both arms, or naming another release, is not counted.
+   A sample spanning both arms, or naming another release, is not counted. A sample of
+   a shadow copy scores the candidate like any other (it never trains: that rule is
+   the trainer's, :func:`reef.core.shadow.trains`).
 5. After every exchange and sample of the scenario the live decision
    (:class:`reef.core.live_decision.LiveComparison`) is asked, with the event time
    elapsed since the start. A verdict appends one ``RolloutDecided`` (reason

@@ -17,7 +17,9 @@ join tagged sessions only.
 **Rules**, per complete exchange, in order:
 
 1. a receipt seen before is a no-op (its fate is remembered: redelivery yields nothing);
-2. side calls never become turns: tagged ``x-reef-tag-turn-type: side``, or, untagged
+2. a shadow copy (``shadow_of``: reef.core.shadow) is nothing here, not even a clock
+   tick: its client saw the head's answer, which is the session's turn;
+   side calls never become turns: tagged ``x-reef-tag-turn-type: side``, or, untagged
    and not forced ``main``, a request that offers no tool schemas (titles, compaction);
    ``count_tokens`` exchanges are not turns either;
 3. tagged path: ``x-reef-tag-session`` names the session and turns bind in arrival
@@ -99,7 +101,9 @@ class SessionProcessor:
 
     def step(self, state: KeyValueState, event: Event) -> list[Event]:
         if isinstance(event, InferenceRecorded):
-            if not event.complete or state.get(f"fate/{event.event_id}") is not None:
+            if not event.complete or event.shadow_of is not None:
+                return []  # a shadow copy answered no one: no session's turn, no clock
+            if state.get(f"fate/{event.event_id}") is not None:
                 return []
             outputs = self._expire_idle(state, event.scenario, event.occurred_at)
             return outputs + self._recorded(state, event)
