@@ -91,7 +91,9 @@ class Harness:
         *,
         score: float = 1.0,
         metadata: dict[str, Any] | None = None,
+        shadow_of: str | None = None,
     ) -> str:
+        """A sample as the join makes it; ``shadow_of``: of a shadow copy of that receipt."""
         sample_id = new_record_id()
         turn: dict[str, Any] = {
             "receipt": new_record_id(),
@@ -100,6 +102,8 @@ class Harness:
             "request": {"messages": [{"role": "user", "content": "say hi"}]},
             "response": {"choices": [{"message": {"role": "assistant", "content": "hi"}}]},
         }
+        if shadow_of is not None:
+            turn["shadow_of"] = shadow_of
         await self.store.append(
             SampleJoined(
                 event_id=sample_id,
