@@ -212,11 +212,17 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     answers "" or "g" to "...Hint: Return exactly: k"), so the distillation is kept
     small here, exercised rather than relied on."""
     loop = openclaw_loop
+    # On Kafka (judge, sessions processor and trainer as their own processes) two rounds
+    # prove the wiring: a release per round, only judged first turns trained, the last
+    # turns expired. Whether the score rises does not depend on the log: that is claimed
+    # on the embedded log, where the same rounds run in a third of the time.
+    learning = loop.deployment.kind == "embedded"
+    rounds = ROUNDS if learning else 2
     rng = random.Random(5)
     seen = {kind: Receipts() for kind in KINDS}
     loop.ask_all(["kato"])  # creates the scenario (the warm start serves)
     history = [loop.measure()[:2]]
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         user_round(loop, rng, seen)
         asked = time.monotonic()
         loop.reports += SESSIONS  # the reports the judge's decisions stand for
@@ -226,11 +232,12 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     loop.ask_all(["kato"])  # an exchange past the TTL: the last round's sessions end
     print(f"openclaw_rl served held-out score per release: {history}", flush=True)
     right = {kind: r.right for kind, r in seen.items()}
-    print(f"openclaw_rl right first answers: {right} of {SESSIONS * ROUNDS // 2} each", flush=True)
-    assert len({release for release, _ in history}) == ROUNDS + 1, history
+    print(f"openclaw_rl right first answers: {right} of {SESSIONS * rounds // 2} each", flush=True)
+    assert len({release for release, _ in history}) == rounds + 1, history
     assert history[0][1] < 0.2, history
-    assert history[-1][1] > max(TARGET, history[0][1] + 0.1), history
-    assert_only_judged_first_turns_trained(loop, seen)
+    if learning:
+        assert history[-1][1] > max(TARGET, history[0][1] + 0.1), history
+    assert_only_judged_first_turns_trained(loop, seen, rounds)
 
 
 def user_round(loop: Loop, rng: random.Random, seen: dict[str, Receipts]) -> None:
@@ -336,20 +343,22 @@ def expired_sessions(loop: Loop, count: int) -> set[str]:
         time.sleep(0.2)
 
 
-def assert_only_judged_first_turns_trained(loop: Loop, seen: dict[str, Receipts]) -> None:
+def assert_only_judged_first_turns_trained(
+    loop: Loop, seen: dict[str, Receipts], rounds: int
+) -> None:
     """Every sample is a judged first turn (one per session, nothing else), as many of
     tagged sessions as of untagged; of either kind retries, side calls and the sessions'
     last turns never train, and those last turns expired."""
     samples = [e for e in events(loop, SAMPLES) if isinstance(e, SampleJoined)]
     trained = [r for s in samples for r in s.references]
-    assert len(trained) == len(set(trained)) == SESSIONS * ROUNDS, len(trained)
+    assert len(trained) == len(set(trained)) == SESSIONS * rounds, len(trained)
     assert all(json.loads(s.metadata_json)["source"] == "judge" for s in samples)
     last = set().union(*(r.last for r in seen.values()))
     expired = expired_sessions(loop, len(last))
     for kind, receipts in seen.items():
-        assert len(receipts.judged) == SESSIONS * ROUNDS // len(KINDS), kind
+        assert len(receipts.judged) == SESSIONS * rounds // len(KINDS), kind
         assert receipts.judged <= set(trained), (kind, len(receipts.judged - set(trained)))
-        assert len(receipts.retries) == len(receipts.side) == RETRIED * ROUNDS // len(KINDS)
+        assert len(receipts.retries) == len(receipts.side) == RETRIED * rounds // len(KINDS)
         assert not (set(trained) & receipts.never_trained()), kind
         assert receipts.last <= expired, (kind, len(receipts.last - expired))
     assert expired == last
@@ -357,11 +366,11 @@ def assert_only_judged_first_turns_trained(loop: Loop, seen: dict[str, Receipts]
     assert trainer.get("error") is None, trainer
     assert not trainer["samples_skipped"], trainer
     if "steps" not in trainer:  # reef trainer on Kafka logs counters, not its steps
-        assert trainer["candidates"] == {"accepted": ROUNDS, "rejected": 0, "failed": 0}, trainer
+        assert trainer["candidates"] == {"accepted": rounds, "rejected": 0, "failed": 0}, trainer
         return
     steps = [s for s in trainer["steps"] if "training" in s]
     print("openclaw_rl steps: " + json.dumps([s["training"] for s in steps]), flush=True)
-    assert [s["outcome"] for s in steps] == ["committed"] * ROUNDS, steps
+    assert [s["outcome"] for s in steps] == ["committed"] * rounds, steps
     for step in steps:
         assert step["training"]["turns"] == SESSIONS, step
         assert abs(step["training"]["ratio_first"] - 1.0) < 1e-3, step
