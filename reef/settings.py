@@ -54,6 +54,11 @@ class Settings(BaseModel):
         None, description="Static group membership id of a `reef streams` worker."
     )
     kafka_topic_prefix: str = Field("", description="Prefix of every topic and group on Kafka.")
+    schema_registry_url: str | None = Field(
+        None,
+        description="Confluent-compatible schema registry (its API base URL) that "
+        "`reef topics create` registers every schema in; none: no registry.",
+    )
     partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
     producer_id: str = Field("", description="Instance id written on events (default: host-pid).")
 

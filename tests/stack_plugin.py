@@ -23,6 +23,9 @@ Fixtures:
   ``stop()``, ``start()``). Brokers a test leaves down are restarted after it.
 * ``s3`` (session) -> :class:`S3Server`: ``endpoint``, ``access_key``,
   ``secret_key``, ``bucket``, ``region``, ``client()``, ``stop()``, ``start()``.
+* ``schema_registry_url`` (session) -> ``str``: the Confluent-compatible API of the
+  local schema registry (Apicurio), ``http://127.0.0.1:18081/apis/ccompat/v7``
+  (``REEF_TEST_SCHEMA_REGISTRY_URL`` points at another one instead).
 * ``new_topic_name`` (function) -> ``Callable[..., str]``: ``new_topic_name(prefix="t")``
   gives a unique, legal topic name (topics are not auto-created: create them).
 """
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reef.stack import kafka, seaweed
+from reef.stack import kafka, registry, seaweed
 from reef.stack.paths import StackSettings, load_settings
 from reef.stack.process import Echo, StackError
 from tests.support.stack import KafkaBroker, KafkaCluster, S3Server
@@ -160,6 +163,23 @@ def s3(
     if managed:
         request.config.stash[_S3_KEY] = server
     return server
+
+
+# ---------------------------------------------------------------------------
+# Schema registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(reef_stack_settings: StackSettings, reef_stack_echo: Echo) -> str:
+    """The schema registry's Confluent-compatible API base URL (started if needed)."""
+    external = reef_stack_settings.external_schema_registry_url
+    try:
+        if external is not None and external.rstrip("/") != registry.LOCAL_URL:
+            registry.wait_ready(external, timeout=60.0, echo=reef_stack_echo)
+            return external.rstrip("/")
+        return registry.up(reef_stack_settings, echo=reef_stack_echo)
+    except StackError as exc:
+        pytest.fail(f"the schema registry is not available: {exc}", pytrace=False)
 
 
 # ---------------------------------------------------------------------------

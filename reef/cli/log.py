@@ -14,9 +14,10 @@ import click
 
 from reef.artifacts import ClaimCheck, open_store
 from reef.cli.options import log_options, pop_log_flags, settings_from
-from reef.core.errors import ConfigError
+from reef.core.errors import ConfigError, SchemaRegistryError
 from reef.core.topics import ALL_TOPICS, LOG_TOPICS
 from reef.log import open_log, running
+from reef.log.schema_registry import SchemaRegistry, register_schemas, registration_plan
 from reef.services.eventstore import StoredEvent
 from reef.wiring import readable_store
 
@@ -27,10 +28,20 @@ def topics() -> None:
 
 
 @topics.command("create")
+@click.option(
+    "--schema-registry-url",
+    help="Also register every schema in this Confluent-compatible registry (API base URL).",
+)
 @log_options
-def topics_create(config_file: Path | None, **flags: Any) -> None:
-    """Create every Reef topic (idempotent; infinite retention)."""
-    settings = settings_from(config_file, **pop_log_flags(flags)).settings
+def topics_create(config_file: Path | None, schema_registry_url: str | None, **flags: Any) -> None:
+    """Create every Reef topic (idempotent; infinite retention).
+
+    With a schema registry configured, also register every schema (history first) under
+    ``<topic>-<record name>`` subjects with BACKWARD compatibility; the registry refuses
+    an incompatible one (exit 1, naming the file and subject).
+    """
+    flags = {**pop_log_flags(flags), "schema_registry_url": schema_registry_url}
+    settings = settings_from(config_file, **flags).settings
 
     async def run() -> None:
         async with running(open_log(settings)) as log:
@@ -38,6 +49,22 @@ def topics_create(config_file: Path | None, **flags: Any) -> None:
         click.echo(f"topics ready on {settings.log} log: {', '.join(LOG_TOPICS)}")
 
     asyncio.run(run())
+    if settings.schema_registry_url:
+        _register_schemas(settings.schema_registry_url, settings.kafka_topic_prefix)
+
+
+def _register_schemas(url: str, topic_prefix: str) -> None:
+    try:
+        with SchemaRegistry(url) as registry:
+            done = register_schemas(registry, registration_plan(topic_prefix=topic_prefix))
+    except SchemaRegistryError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"schemas registered at {url}: {len(done.registered)} new version(s) under "
+        f"{len(done.subjects)} subjects, {done.compatibility} compatibility"
+    )
+    for subject, source in done.registered:
+        click.echo(f"  {subject} <- {source.parent.name}/{source.name}")
 
 
 @click.group("log")

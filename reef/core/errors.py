@@ -10,6 +10,8 @@
     ├── LogError                    the event log
     │   ├── LogUnavailableError     cannot record right now (HTTP 503); nothing was written
     │   └── UnknownTopicError       the topic does not exist
+    ├── SchemaRegistryError         a schema registry request failed (reef.log.schema_registry)
+    │   └── IncompatibleSchemaError the registry refused a schema as incompatible (HTTP 409)
     ├── StackError                  the local development stack (Kafka, S3) failed
     │   └── ProcessStartError       a process of a test deployment did not start (reef.testing)
     ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
@@ -72,6 +74,23 @@ class LogUnavailableError(LogError):
 
 class UnknownTopicError(LogError):
     """The topic does not exist in this log."""
+
+
+class SchemaRegistryError(ReefError):
+    """The schema registry could not be reached, or answered with an error."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        #: the registry's HTTP status, None when it was not reached
+        self.status = status
+
+
+class IncompatibleSchemaError(SchemaRegistryError):
+    """The registry refused a schema version: it breaks the subject's compatibility rule."""
+
+    def __init__(self, message: str, *, subject: str, status: int = 409) -> None:
+        super().__init__(message, status=status)
+        self.subject = subject
 
 
 class StackError(ReefError):
