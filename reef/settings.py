@@ -165,6 +165,12 @@ class Settings(BaseModel):
         description="Run the rollout controller (canary releases decided by live outcomes) "
         "with the other processors, and accept rollouts; set it on API replicas and workers.",
     )
+    shadow_max_in_flight: int = Field(
+        64, ge=1, description="Shadow copies an API process waits for at most; more are dropped."
+    )
+    shadow_grace_s: float = Field(
+        10.0, ge=0, description="On shutdown, how long shadow copies in flight may finish."
+    )
 
     artifacts: Literal["local", "s3"] = Field("local", description="Artifact store backend.")
     s3_endpoint: str = Field("http://127.0.0.1:9000", description="S3 endpoint URL.")

@@ -38,6 +38,7 @@ from recipes.registry import recipe_from_settings
 from reef.api.app import build_app
 from reef.api.auth import TokenRegistry, registry_from
 from reef.api.context import AppContext
+from reef.api.shadow import ShadowCopies
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
@@ -149,6 +150,9 @@ async def serving_context(
             trainer=trainer,
             judge=judge,
             durable_rows=durable_rows(settings) if settings.rollouts else None,
+            shadows=ShadowCopies(
+                limit=settings.shadow_max_in_flight, grace_s=settings.shadow_grace_s
+            ),
         )
         stack.push_async_callback(ctx.drain)
         yield ctx

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from fastapi import Request
 
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
+from reef.api.shadow import ShadowCopies
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
 from reef.core.errors import ReefError
@@ -64,6 +65,8 @@ class AppContext:
     #: lag: the controller may run in another process)
     live_rollouts: dict[str, dict[str, Any]] = field(default_factory=dict)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: the shadow rollouts' copies in flight (reef.api.shadow)
+    shadows: ShadowCopies = field(default_factory=ShadowCopies)
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:
         """The caller, who must hold one of ``scopes``; raises 401/403 otherwise."""
@@ -85,6 +88,7 @@ class AppContext:
             logger.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     async def drain(self) -> None:
+        await self.shadows.close()
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
 

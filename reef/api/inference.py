@@ -3,8 +3,9 @@
 Order for every exchange: authenticate → validate → bind the scenario → freeze the release
 that serves it (a pinned one, else the head, or during a rollout the arm its routing key
 draws) → call upstream → append InferenceRecorded and wait for the log's acknowledgement
-→ only then return the receipt. If the append fails the client gets 503 and no receipt;
-an upstream failure is relayed and writes nothing.
+→ only then return the receipt (and, in a shadow rollout, send the candidate its copy
+in the background: :mod:`reef.api.shadow`). If the append fails the client gets 503 and
+no receipt; an upstream failure is relayed and writes nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from reef.api.dialects import (
 )
 from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
 from reef.api.pins import pinned_release
+from reef.api.shadow import ShadowRequest
 from reef.api.upstream import UpstreamReply, relayed_status
-from reef.core import fingerprints, routing
+from reef.core import fingerprints, routing, shadow
 from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
@@ -75,6 +77,13 @@ class Exchange:
     fingerprint_key: bytes | None = None
     message_fingerprints: list[str] | None = None
     has_tools: bool | None = None
+    #: the copy a shadow rollout's candidate answers once this exchange is recorded
+    shadow: ShadowRequest | None = None
+
+    def copy_to_shadow(self, ctx: AppContext) -> None:
+        """After the record is durable: the candidate's copy leaves in the background."""
+        if self.shadow is not None:
+            ctx.shadows.start(ctx, self.shadow)
 
     async def observe_version(self, version: object, ctx: AppContext) -> None:
         """The engine's reported weight version (SGLang/local engines; None elsewhere).
@@ -241,17 +250,38 @@ def _ask_token_record(body: dict[str, Any], settings: Settings) -> bool:
     return changed
 
 
-def routed_release(state: ApiState, scenario: str, tags: dict[str, str], receipt: str) -> str:
-    """The release an unpinned exchange is served by: the head, or during a rollout the
-    arm :func:`reef.core.routing.route` draws for its routing key (the session tag,
-    else the receipt). Without a rollout this is two look-ups: no hashing."""
+def routed(state: ApiState, scenario: str, tags: dict[str, str], receipt: str) -> routing.Route:
+    """Who answers an unpinned exchange: the head, or during a rollout the arm
+    :func:`reef.core.routing.route` draws for its routing key (the session tag, else the
+    receipt), with the shadow release of a shadow rollout. Without a rollout this is two
+    look-ups: no hashing."""
     book = state.rollouts
     rollouts = book.scenario(scenario)
     current = None if rollouts is None else rollouts.current
+    head = routing.Route("head", state.scenarios[scenario].head)
     if current is None or current.status not in ("active", "promoted"):
-        return state.scenarios[scenario].head
+        return head
     chosen = routing.route(scenario, routing.routing_key(tags.get("session"), receipt), book)
-    return state.scenarios[scenario].head if chosen is None else chosen.release_id
+    return head if chosen is None else chosen
+
+
+def _shadow_request(
+    request: Request, exchange: Exchange, body: dict[str, Any], candidate: str | None
+) -> ShadowRequest | None:
+    """The copy of this exchange a shadow candidate answers (reef.core.shadow, rule 1)."""
+    if candidate is None or exchange.route in shadow.NOT_COPIED:
+        return None
+    return ShadowRequest(
+        served_receipt=exchange.receipt,
+        scenario=exchange.scenario,
+        route=exchange.route,
+        dialect=exchange.dialect,
+        candidate_release_id=candidate,
+        body=body,
+        headers=dict(request.headers),
+        tags=exchange.tags,
+        model=exchange.model,
+    )
 
 
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
@@ -275,12 +305,13 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     key = _fingerprint_key(ctx, scenario)
     receipt = new_receipt(scenario)
     tags = tags_of(request)
+    chosen = routed(ctx.projection.state, scenario, tags, receipt)
     exchange = Exchange(
         receipt=receipt,
         scenario=scenario,
         route=route,
         dialect=dialect.value,
-        release_id=pinned or routed_release(ctx.projection.state, scenario, tags, receipt),
+        release_id=pinned or chosen.release_id,
         request_json=raw.decode(),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         stream=body.get("stream") is True,
@@ -291,6 +322,8 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
         message_fingerprints=None if key is None else fingerprints.request_fingerprints(key, body),
         has_tools=None if key is None else fingerprints.has_tools(body),
     )
+    if pinned is None:
+        exchange.shadow = _shadow_request(request, exchange, body, chosen.shadow_release_id)
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     if exchange.release_id != view.head:  # a canary (or pinned) release: an engine slot
         upstream_request.headers[routing.SERVE_RELEASE_HEADER] = exchange.release_id
@@ -342,6 +375,7 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: UpstreamReply
         ctx, status=upstream.status_code, complete=True, response=text, usage=usage
     )
     await ctx.store.append(event)
+    exchange.copy_to_shadow(ctx)
     headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.receipt_release}
     return Response(
         content,
@@ -385,6 +419,7 @@ async def _relay_stream(
                 except LogUnavailableError as exc:
                     yield _stream_error(exchange, str(exc))
                     return
+                exchange.copy_to_shadow(ctx)
                 yield receipt_frames(exchange.route, event, assembly, exchange.receipt)
             if relayed:
                 yield b"".join(relayed)

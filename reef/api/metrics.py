@@ -170,6 +170,7 @@ class _LogCollector(Collector):
         for status in ROLLOUT_STATUSES:
             counts.add_metric([status], statuses.get(status, 0))
         yield counts
+        yield from _shadow_copies(self._ctx)
         yield from _live_rollouts(self._ctx, book)
 
     def _turns(self) -> Iterator[Metric]:
@@ -211,9 +212,28 @@ class _LogCollector(Collector):
 ROLLOUT_STATUSES = ("active", "promoted", "rolled_back", "superseded")
 
 
+def _shadow_copies(ctx: AppContext) -> Iterator[Metric]:
+    """This process's shadow copies (reef.api.shadow): sent, dropped for want of room,
+    and in flight now."""
+    copies = CounterMetricFamily(
+        "reef_shadow_copies", "Shadow copies this process sent or dropped.", labels=["outcome"]
+    )
+    copies.add_metric(["sent"], ctx.shadows.sent)
+    copies.add_metric(["dropped"], ctx.shadows.dropped)
+    yield copies
+    in_flight = GaugeMetricFamily(
+        "reef_shadow_copies_in_flight", "Shadow copies this process is waiting for now."
+    )
+    in_flight.add_metric([], ctx.shadows.in_flight)
+    yield in_flight
+
+
 def _live_rollouts(ctx: AppContext, book: RolloutBook) -> Iterator[Metric]:
     share = GaugeMetricFamily(
         "reef_rollout_share", "The candidate's share of an active rollout.", labels=["scenario"]
+    )
+    mode = GaugeMetricFamily(
+        "reef_rollout_mode", "An active rollout's mode (1).", labels=["scenario", "mode"]
     )
     per_arm = {
         name: GaugeMetricFamily(f"reef_rollout_{name}", doc, labels=["scenario", "arm"])
@@ -239,6 +259,7 @@ def _live_rollouts(ctx: AppContext, book: RolloutBook) -> Iterator[Metric]:
             continue
         figures = live_figures(live, now)
         share.add_metric([scenario], active.policy.share)
+        mode.add_metric([scenario, active.policy.mode], 1)
         for arm in ("head", "candidate"):
             for name, family in per_arm.items():
                 value = figures[arm][name]
@@ -247,5 +268,6 @@ def _live_rollouts(ctx: AppContext, book: RolloutBook) -> Iterator[Metric]:
         for name, family in p_values.items():
             family.add_metric([scenario], figures[name])
     yield share
+    yield mode
     yield from per_arm.values()
     yield from p_values.values()

@@ -90,8 +90,13 @@ ROLLOUT_BODY: Final[dict[str, Any]] = {
     "required": ["release_id", "share"],
     "properties": {
         "release_id": {"type": "string", "minLength": 1, "description": "A pending release."},
-        "mode": {"type": "string", "enum": ["canary"], "default": "canary"},
-        "share": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "mode": {"type": "string", "enum": ["canary", "shadow"], "default": "canary"},
+        "share": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": 1,
+            "description": "Below 1 for a canary.",
+        },
         "min_exchanges": {"type": "integer", "minimum": 1, "default": 100},
         "max_duration_s": {"type": "number", "exclusiveMinimum": 0, "default": 86400},
         "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},

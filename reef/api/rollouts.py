@@ -121,7 +121,8 @@ async def list_rollouts(scenario: str, request: Request) -> JSONResponse:
     openapi_extra=openapi.declare(body=openapi.ROLLOUT_BODY),
 )
 async def start_rollout(scenario: str, request: Request) -> JSONResponse:
-    """Serve a pending release to a share of the sessions beside the head (a canary).
+    """Serve a pending release beside the head: to a share of the sessions (``canary``),
+    or answering copies of a share of them, never returned (``shadow``).
 
     curl -H "Authorization: Bearer $REEF_ADMIN_TOKEN" \\
       -d '{"release_id": "<pending id>", "share": 0.2, "min_exchanges": 100}' \\
@@ -138,8 +139,6 @@ async def start_rollout(scenario: str, request: Request) -> JSONResponse:
     candidate, policy = _start_input(body)
     view = _view(ctx, scenario)
     scenario_view = registry.find(ctx, scenario)
-    if policy.mode != "canary":
-        raise RequestError(400, "unsupported_mode", "only canary rollouts are served yet")
     rollout_id = uuid.uuid4().hex
     event = RolloutStarted(
         event_id=derived_id("rollout-started", scenario, rollout_id),

@@ -159,6 +159,8 @@ async def erase_record(scenario: str, record_id: str, request: Request) -> JSONR
     Destroys the record's data key (a tombstone on the key topic) and appends
     RecordErased; answers once both are durable. Erasing again answers 200 with
     ``already_erased`` (and writes the tombstone again). A report is not erasable (409).
+    A served exchange's shadow copy (``shadow_of``: reef.core.shadow) is erased with it,
+    after it (a retry finishes a copy a crash left); a copy is also erasable by its id.
 
     curl -X DELETE -H "Authorization: Bearer $REEF_TOKEN" \\
       http://127.0.0.1:8900/reef/scenarios/demo/records/<id>
@@ -168,13 +170,17 @@ async def erase_record(scenario: str, record_id: str, request: Request) -> JSONR
     principal.require_scenario(checked_scenario(scenario))
     registry.find(ctx, scenario)
     record: InferenceRecorded | None = None
-    erased = False
+    shadows: set[str] = set()  # the sealed shadow copies of the record
+    erased: set[str] = set()
     async for stored in _scenario_events(request, topics.INFERENCE, scenario, 0, raw=True):
         event = stored.event
         if isinstance(event, InferenceRecorded) and event.event_id == record_id:
             record = event
-        elif isinstance(event, RecordErased) and event.record_id == record_id:
-            erased = True
+        elif isinstance(event, InferenceRecorded) and event.shadow_of == record_id:
+            if event.sealed:
+                shadows.add(event.event_id)
+        elif isinstance(event, RecordErased):
+            erased.add(event.record_id)
     if record is None:
         async for stored in _scenario_events(request, topics.REPORTS, scenario, 0, raw=True):
             if stored.event is not None and stored.event.event_id == record_id:
@@ -188,15 +194,17 @@ async def erase_record(scenario: str, record_id: str, request: Request) -> JSONR
         raise RequestError(
             409, "not_erasable", "recorded before bodies were sealed: its bytes cannot be erased"
         )
-    await ctx.store.erase(
-        scenario,
-        record_id,
-        producer=ctx.producer,
-        requested_by=principal.name,
-        announce=not erased,
-    )
+    for erasing in [record_id, *sorted(shadows - erased)]:
+        await ctx.store.erase(
+            scenario,
+            erasing,
+            producer=ctx.producer,
+            requested_by=principal.name,
+            announce=erasing not in erased,
+        )
     body = {"agent_record_id": record_id, "scenario": scenario, "erased": True}
-    return JSONResponse(body | {"already_erased": erased}, headers=NO_STORE)
+    extra = {"already_erased": record_id in erased, "shadows_erased": sorted(shadows)}
+    return JSONResponse(body | extra, headers=NO_STORE)
 
 
 async def _scenario_events(  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.core import topics
-from reef.core.events import Event
+from reef.core.events import Event, InferenceRecorded
 from reef.core.rollouts import Rollout
 from reef.log import open_log, running
 from reef.services import audit
@@ -89,6 +89,7 @@ def trail(receipt: str, config_file: Path | None, **flags: Any) -> None:
         "engines": [_json(e) for e in found.engines],
         **({"turn": _turn(found, turn)} if (turn := found.turn) is not None else {}),
         **({"rollout": _rollout(found.rollout, found.arm)} if found.rollout else {}),
+        **({"shadow": _shadow(found.shadow)} if found.shadow else {}),
     }
     click.echo(json.dumps(body, indent=2))
 
@@ -100,9 +101,22 @@ def _rollout(rollout: Rollout, arm: str | None) -> dict[str, Any]:
         "arm": arm,
         "candidate_release_id": rollout.candidate_release_id,
         "head_release_id": rollout.head_release_id,
+        "mode": rollout.policy.mode,
         "share": rollout.policy.share,
         "status": rollout.status,
         "reason": rollout.reason,
+    }
+
+
+def _shadow(copy: InferenceRecorded) -> dict[str, Any]:
+    """The shadow copy of the exchange: who answered it and how (its own trail has more)."""
+    return {
+        "receipt": copy.event_id,
+        "release_id": copy.release_id,
+        "status": copy.status,
+        "complete": copy.complete,
+        "error": copy.error,
+        "latency_ms": copy.latency_ms,
     }
 
 

@@ -169,6 +169,8 @@ class Trail:
     #: it (the release the engine reported, else the one routed)
     rollout: Rollout | None = None
     arm: Arm | None = None
+    #: the copy a shadow rollout's candidate answered (reef.core.shadow), never returned
+    shadow: InferenceRecorded | None = None
 
     @property
     def turn(self) -> tuple[str, int] | None:
@@ -188,6 +190,8 @@ def trail(receipt: str, events: Iterable[Event]) -> Trail:
     for event in ordered:
         if isinstance(event, InferenceRecorded) and event.event_id == receipt:
             out.record = event
+        elif isinstance(event, InferenceRecorded) and event.shadow_of == receipt:
+            out.shadow = out.shadow or event
         elif isinstance(event, TurnCompleted):
             if event.receipt_id == receipt:
                 out.completed = out.completed or event

@@ -416,6 +416,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
             "scenario": dep.scenario,
             "erased": True,
             "already_erased": False,
+            "shadows_erased": [],
         }
     again = erase(dep, erased_a.receipt)
     assert again.status_code == 200 and again.json()["already_erased"] is True

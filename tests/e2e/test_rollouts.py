@@ -214,7 +214,7 @@ def test_a_start_is_refused_as_the_fold_would_refuse_it(dep: Deployment) -> None
         ({"share": 1.0}, "invalid_policy"),
         ({"share": "half"}, "invalid_share"),
         ({"min_exchanges": 0}, "invalid_policy"),
-        ({"mode": "shadow"}, "unsupported_mode"),
+        ({"mode": "blue-green"}, "invalid_policy"),
     ]
     for bad, code in refusals:
         assert assert_reef_error(start(dep, scenario, held, **bad), 400)["error"]["code"] == code
