@@ -48,8 +48,7 @@ router = APIRouter()
 
 RECEIPT_HEADER = "x-reef-agent-record-id"
 RELEASE_HEADER = "x-reef-release-id"
-#: how ``reef engine`` (and SGLang through meta_info) reports the weights that answered
-WEIGHT_VERSION_HEADER = "x-weight-version"
+WEIGHT_VERSION_HEADER = routing.WEIGHT_VERSION_HEADER
 RELEASE_ID = re.compile(r"[0-9a-f]{32}")
 VERSION_WAIT_SECONDS = 2.0
 

@@ -12,6 +12,10 @@ for one copy, in its own task (:meth:`ShadowCopies.start` returns at once):
 3. Its ``InferenceRecorded`` (``shadow_of`` the served receipt, id
    :func:`reef.core.shadow.shadow_receipt`) is appended: complete with the candidate's
    answer, or incomplete with the error when the upstream failed. Sealed like any record.
+   The weights an engine reports (``x-weight-version``, or in the body) are recorded as
+   for any exchange: ``served_release_id`` when they are a release of the scenario, so a
+   copy an engine answered without the candidate's slot is known (the controller does
+   not count it).
 
 Nothing a copy raises reaches anyone: an upstream or content error is recorded (step 3);
 a log error loses the record (logged), as a crash between steps 2 and 3 would. At most
@@ -33,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from reef.api.dialects import usage_of
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
 from reef.artifacts.parts import harness_part
@@ -40,7 +45,7 @@ from reef.core import routing, shadow
 from reef.core.errors import ReefError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.services.eventstore import EventStore
-from reef.services.projection import ProjectionFollower
+from reef.services.projection import ProjectionFollower, ReleaseView
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +149,9 @@ class ShadowCopies:
         upstream_request.headers[routing.SERVE_RELEASE_HEADER] = request.candidate_release_id
         reply = await ctx.upstream.send(upstream_request, stream=False)
         text = reply.content.decode("utf-8", errors="replace")
+        parsed = _json_object(text)
+        version = reply.headers.get(routing.WEIGHT_VERSION_HEADER) or _body_version(parsed)
+        known = {r.release_id for r in _releases(ctx, request.scenario)}
         failed = reply.status_code >= 400
         return _record(
             ctx,
@@ -153,14 +161,16 @@ class ShadowCopies:
             error=f"upstream answered {reply.status_code}" if failed else None,
             sent=body,
             response=text,
+            usage=(None, None) if parsed is None else usage_of(parsed),
+            version=version,
+            served_release_id=version if version in known else None,
         )
 
     async def _system_prompt(self, ctx: ShadowContext, request: ShadowRequest) -> str | None:
-        view = ctx.projection.state.scenarios.get(request.scenario)
         content_id = next(
             (
                 r.content_id
-                for r in ([] if view is None else view.releases)
+                for r in _releases(ctx, request.scenario)
                 if r.release_id == request.candidate_release_id
             ),
             None,
@@ -172,6 +182,31 @@ class ShadowCopies:
                 self._prompts.clear()
             self._prompts[content_id] = await asyncio.to_thread(_read_prompt, ctx, content_id)
         return self._prompts[content_id]
+
+
+def _releases(ctx: ShadowContext, scenario: str) -> list[ReleaseView]:
+    view = ctx.projection.state.scenarios.get(scenario)
+    return [] if view is None else view.releases
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _body_version(parsed: dict[str, Any] | None) -> str | None:
+    """The weight version an engine reports in its body (``weight_version``, or SGLang's
+    ``meta_info``), when the header did not carry it."""
+    if parsed is None:
+        return None
+    meta = parsed.get("meta_info")
+    found = parsed.get("weight_version") or (
+        meta.get("weight_version") if isinstance(meta, dict) else None
+    )
+    return found if isinstance(found, str) and found else None
 
 
 def _read_prompt(ctx: ShadowContext, content_id: str) -> str | None:
@@ -194,6 +229,9 @@ def _record(
     error: str | None = None,
     sent: dict[str, Any] | None = None,
     response: str | None = None,
+    usage: tuple[int | None, int | None] = (None, None),
+    version: str | None = None,
+    served_release_id: str | None = None,
 ) -> InferenceRecorded:
     latency_ms = (time.perf_counter() - started) * 1000
     return InferenceRecorded(
@@ -204,6 +242,8 @@ def _record(
         dialect=request.dialect,
         route=request.route,
         release_id=request.candidate_release_id,
+        served_release_id=served_release_id,
+        weight_version=version,
         model=request.model,
         stream=False,
         status=status,
@@ -213,6 +253,8 @@ def _record(
         response_json=response,
         latency_ms=latency_ms,
         upstream_latency_ms=latency_ms,
+        input_tokens=usage[0],
+        output_tokens=usage[1],
         tags=dict(request.tags),
         shadow_of=request.served_receipt,
     )

@@ -23,7 +23,10 @@ scenario, in log order:
    any other release (a pinned one) is not counted. In a shadow rollout the head's arm
    counts the exchanges clients were answered with and the candidate's its shadow
    copies (:mod:`reef.core.shadow`: their release is the candidate, and a copy the
-   candidate failed to answer is recorded incomplete, so it counts as an error).
+   candidate failed to answer is recorded incomplete, so it counts as an error); a copy
+   an engine reports it answered with other weights than the candidate's (its
+   ``served_release_id``: the engine held no candidate slot) tried nothing and is not
+   counted.
    Exchanges outside the shadow share count for the head too: the decision rule of a
    shadow policy groups ``1 / share`` head outcomes per candidate outcome.
 4. A sample whose releases are all one arm's adds its score to that arm, read on
@@ -194,6 +197,8 @@ class RolloutController:
             return self._folded(state, event)
         if isinstance(event, InferenceRecorded):
             release = event.served_release_id or event.release_id
+            if event.shadow_of is not None and release != event.release_id:
+                return []  # rule 3: the engine answered the copy with other weights
             failed = not event.complete or event.status >= 400
             return self._outcome(state, event, [release], error=failed)
         if isinstance(event, SampleJoined):

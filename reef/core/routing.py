@@ -35,6 +35,8 @@ DRAWS: Final = 1 << 64
 #: the header the API names a routed release in when it is not the head, so an engine
 #: that holds it in a named slot (Reef's engine: reef.engine.model) answers with it
 SERVE_RELEASE_HEADER: Final = "x-reef-serve-release"
+#: how ``reef engine`` (and SGLang through meta_info) reports the weights that answered
+WEIGHT_VERSION_HEADER: Final = "x-weight-version"
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,6 +181,8 @@ def test_copies_count_for_the_candidate_and_served_exchanges_for_the_head() -> N
     alone = inference(SCENARIO, receipt(SCENARIO, 2), at(7), release="h0")
     for event in (served, failed_copy, alone):
         assert controller.step(state, event) == []
+    head_weights = replace(copy_of(alone, "c1", 8), served_release_id="h0")  # no slot held
+    assert controller.step(state, head_weights) == []
     live = live_rollout(state, SCENARIO)
     assert live is not None
     assert (live.comparison.head.exchanges, live.comparison.head.errors) == (2, 0)

@@ -32,6 +32,7 @@ from reef.testing.servers import dead_url
 
 SCENARIO = "shop"
 CANDIDATE = "c" * 32
+HEAD = "h" * 32
 PROMPT = "You are the candidate."
 
 
@@ -42,7 +43,14 @@ async def _provider(seen: list[dict[str, Any]]) -> TestServer:
         if body["messages"][-1]["content"] == "slow":
             await asyncio.sleep(30)
         answer = {"role": "assistant", "content": "from the candidate"}
-        return web.json_response({"choices": [{"message": answer}]})
+        usage = {"prompt_tokens": 3, "completion_tokens": 2}
+        # an engine answers from the slot it holds; without one, from its head weights
+        slot = request.headers.get("x-reef-serve-release")
+        version = slot if body["messages"][-1]["content"] != "no slot" else HEAD
+        return web.json_response(
+            {"choices": [{"message": answer}], "usage": usage},
+            headers={"x-weight-version": version or HEAD},
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
@@ -77,9 +85,12 @@ def context(tmp_path: Path, log: EmbeddedLog, upstream_url: str) -> AppContext:
     settings = Settings(upstream_url=upstream_url, upstream_read_timeout_s=60.0)
     content = ContentStore(LocalArtifactStore(tmp_path / "artifacts"))
     content_id = content.publish_files({"system_prompt.md": PROMPT})
-    release = SimpleNamespace(release_id=CANDIDATE, content_id=content_id)
+    releases = [
+        SimpleNamespace(release_id=HEAD, content_id=content.publish_files({})),
+        SimpleNamespace(release_id=CANDIDATE, content_id=content_id),
+    ]
     projection = SimpleNamespace(
-        state=SimpleNamespace(scenarios={SCENARIO: SimpleNamespace(releases=[release])})
+        state=SimpleNamespace(scenarios={SCENARIO: SimpleNamespace(releases=releases)})
     )
     return AppContext(
         settings,
@@ -139,7 +150,24 @@ async def test_a_copy_sends_the_candidates_prompt_and_records_its_answer_linked(
     assert (record.complete, record.status, record.stream) == (True, 200, False)
     assert json.loads(record.request_json or "{}") == sent["body"]
     assert "from the candidate" in (record.response_json or "")
+    assert (record.served_release_id, record.weight_version) == (CANDIDATE, CANDIDATE)
+    assert (record.input_tokens, record.output_tokens) == (3, 2)
     assert record.tags == {"session": "s1"} and copies.sent == 1
+
+
+async def test_a_copy_an_engine_answered_without_the_candidates_slot_says_so(
+    tmp_path: Path, log: EmbeddedLog, provider: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, _ = provider
+    ctx = context(tmp_path, log, url)
+    copies = ShadowCopies()
+    try:
+        copies.start(ctx, copy_request(3, "no slot"))
+        await settled(copies)
+    finally:
+        await ctx.upstream.aclose()
+    (record,) = await recorded(ctx.store)
+    assert (record.release_id, record.served_release_id) == (CANDIDATE, HEAD)
 
 
 async def test_a_copy_the_candidate_cannot_answer_is_recorded_incomplete(
