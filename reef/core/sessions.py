@@ -17,11 +17,11 @@ join tagged sessions only.
 **Rules**, per complete exchange, in order:
 
 1. a receipt seen before is a no-op (its fate is remembered: redelivery yields nothing);
-2. a shadow copy (``shadow_of``: reef.core.shadow) is nothing here, not even a clock
-   tick: its client saw the head's answer, which is the session's turn;
-   side calls never become turns: tagged ``x-reef-tag-turn-type: side``, or, untagged
-   and not forced ``main``, a request that offers no tool schemas (titles, compaction);
-   ``count_tokens`` exchanges are not turns either;
+2. shadow copies and side calls never become turns. A shadow copy (``shadow_of``:
+   reef.core.shadow) is not even a clock tick: its client saw the head's answer, which
+   is the session's turn. A side call is tagged ``x-reef-tag-turn-type: side``, or,
+   untagged and not forced ``main``, a request that offers no tool schemas (titles,
+   compaction); ``count_tokens`` exchanges are not turns either;
 3. tagged path: ``x-reef-tag-session`` names the session and turns bind in arrival
    order; a request whose fingerprints equal the session's last request is a client
    retry and ignored (the first receipt keeps the slot);
