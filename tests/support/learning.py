@@ -197,14 +197,16 @@ class KafkaLearningLog:
 
 
 @contextlib.contextmanager
-def kafka_learning_log(bootstrap: str, work: Path) -> Iterator[KafkaLearningLog]:
+def kafka_learning_log(
+    bootstrap: str, work: Path, streams_env: Mapping[str, str] | None = None
+) -> Iterator[KafkaLearningLog]:
     """Create the topics under a fresh prefix and start ``reef streams`` on them (not
-    waited on: a deployment waits for it after starting ``reef serve``); at the end stop
-    the worker and delete the topics."""
+    waited on: a deployment waits for it after starting ``reef serve``; ``streams_env``
+    adds its settings); at the end stop the worker and delete the topics."""
     prefix = f"t-learn-{uuid.uuid4().hex[:10]}-"
     created = run_reef("topics", "create", *kafka_flags(bootstrap, prefix))
     assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(bootstrap, prefix, work / "streams")
+    worker = start_streams(bootstrap, prefix, work / "streams", streams_env)
     try:
         yield KafkaLearningLog(bootstrap, prefix, worker)
     finally:
@@ -224,13 +226,15 @@ def learning_deployment(
     kafka_log: KafkaLearningLog | None = None,
     reef_args: tuple[str, ...] = (),
     with_trainer: bool = True,
+    streams_env: Mapping[str, str] | None = None,
 ) -> Iterator[LearningDeployment]:
     """Start the deployment of ``kind`` (``env`` configures reef serve and the trainer).
 
     On Kafka it runs on ``kafka_log`` when given (shared: the caller owns it), else on
     topics and a ``reef streams`` worker of its own (from ``kafka_bootstrap``).
     ``with_trainer=False``: no ``reef trainer`` process on Kafka (a test starts its own
-    with :func:`start_trainer`; on the embedded log ``env`` decides the in-process one)."""
+    with :func:`start_trainer`; on the embedded log ``env`` decides the in-process one).
+    ``streams_env``: settings of its own ``reef streams`` worker (not of a shared one)."""
     state = work / "state"
     if kind == "embedded":
         served = start_reef(
@@ -245,7 +249,7 @@ def learning_deployment(
     with contextlib.ExitStack() as owned:
         if kafka_log is None:
             assert kafka_bootstrap is not None
-            kafka_log = owned.enter_context(kafka_learning_log(kafka_bootstrap, work))
+            kafka_log = owned.enter_context(kafka_learning_log(kafka_bootstrap, work, streams_env))
         flags = kafka_flags(kafka_log.bootstrap, kafka_log.prefix)
         reef: ReefProcess | None = None
         trainer: ManagedProcess | None = None

@@ -91,7 +91,9 @@ def copy_warm_start(folder: Path) -> Path:
     return parent
 
 
-def write_recipe(tmp: Path, body: str, task: ToyTask = COPY) -> Path:
+def write_recipe(
+    tmp: Path, body: str, task: ToyTask = COPY, gate: str = "{policy: win_margin, margin: 0.0}"
+) -> Path:
     """A deployment file whose recipe evaluates on the trainer's held-out words."""
     tasks = tmp / "trainer-eval.jsonl"
     tasks.write_text(
@@ -104,7 +106,7 @@ def write_recipe(tmp: Path, body: str, task: ToyTask = COPY) -> Path:
     config.write_text(
         "recipe:\n"
         f"  evaluation: {{tasks_file: {tasks.name}, max_new_tokens: 10}}\n"
-        "  gate: {policy: win_margin, margin: 0.0}\n" + body
+        f"  gate: {gate}\n" + body
     )
     return config
 
