@@ -126,8 +126,10 @@ def publish(state_dir: Path, folder: Path) -> str:
     return content_store(state_dir).publish_dir(folder)
 
 
-def propose(state_dir: Path, scenario: str, parent: str, content_id: str) -> str:
-    """Append a training proposal on ``parent``; returns its proposal id."""
+def propose(
+    state_dir: Path, scenario: str, parent: str, content_id: str, *, pending: bool = False
+) -> str:
+    """Append a training proposal on ``parent`` (``pending``: to be held); its id."""
     proposal = uuid.uuid4().hex
     append(
         state_dir,
@@ -140,6 +142,7 @@ def propose(state_dir: Path, scenario: str, parent: str, content_id: str) -> str
             content_id=content_id,
             operation="training",
             parent_release_id=parent,
+            pending=pending,
         ),
     )
     return proposal
@@ -159,7 +162,9 @@ def wait_until(
         time.sleep(every)
 
 
-def committed(state_dir: Path, scenario: str, proposal: str, timeout: float = 30.0) -> str:
+def committed(
+    state_dir: Path, scenario: str, proposal: str, timeout: float = 30.0, *, pending: bool = False
+) -> str:
     """The release id the chain committed for ``proposal`` (fails on a rejection)."""
 
     def decided() -> Event | None:
@@ -172,7 +177,7 @@ def committed(state_dir: Path, scenario: str, proposal: str, timeout: float = 30
 
     decision = wait_until(f"the chain to decide {proposal}", decided, timeout)
     assert isinstance(decision, ReleaseCommitted), decision
-    assert not decision.pending
+    assert decision.pending is pending
     return decision.release_id
 
 
