@@ -34,6 +34,7 @@ from reef.api.hot_routes import HotRoutes
 from reef.api.metrics import Metrics
 from reef.api.ratelimit import limiter_from
 from reef.api.reports import ReportDesk
+from reef.api.rollout_deadlines import watch_rollout_deadlines
 from reef.settings import Settings
 
 OpenContext = Callable[[], AbstractAsyncContextManager[AppContext]]
@@ -48,6 +49,11 @@ def build_app(settings: Settings, open_context: OpenContext) -> FastAPI:
         async with open_context() as ctx:
             app.state.ctx = ctx
             lag = asyncio.create_task(watch_processor_lag(ctx), name="processor-lag")
+            deadlines = (
+                asyncio.create_task(watch_rollout_deadlines(ctx), name="rollout-deadlines")
+                if settings.rollouts
+                else None
+            )
             try:
                 metrics.bind(ctx)
                 ctx.store.observe_append = metrics.append_seconds.observe
@@ -55,9 +61,11 @@ def build_app(settings: Settings, open_context: OpenContext) -> FastAPI:
                 app.state.report_limiter = limiter_from(settings)
                 yield
             finally:
-                lag.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lag
+                for task in (lag, deadlines):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
 
     # FastAPI's own OpenTelemetry layer asks, on every request, whether a provider is
     # configured (2% of the serving CPU under load); Reef does not use it

@@ -8,6 +8,8 @@ upstream, pending harness releases proposed as a trainer would.
 * a candidate whose reports score better is promoted by the controller and becomes the
   head through the chain's promote; a worse one is rolled back and stays held, marked;
 * an operator's promote or rollback ends a rollout at once;
+* a rollout with no traffic is rolled back once its max_duration_s has passed (the
+  API's deadline watcher, reef/api/rollout_deadlines.py);
 * ``reef replay --compare-live`` finds the controller's live state equal to the replay.
 
 The server (and worker) are started once per module and log.
@@ -313,6 +315,21 @@ def test_an_operator_ends_a_rollout_at_once(dep: Deployment) -> None:
     assert release["rollback_target_release_id"] == second
     assert release["parent_release_id"] == head
     assert dep.head(scenario)["release_id"] == release["release_id"]
+
+
+def test_a_rollout_with_no_traffic_is_rolled_back_when_its_max_duration_passes(
+    dep: Deployment,
+) -> None:
+    scenario = dep.create_scenario("canary-quiet")
+    candidate = held_release(dep, scenario, "quiet")
+    rollout_id = start(dep, scenario, candidate, max_duration_s=1.5).json()["rollout_id"]
+    deadline = time.monotonic() + 30
+    while (rollout := rollout_of(dep, scenario, rollout_id))["status"] == "active":
+        assert time.monotonic() < deadline, rollout
+        time.sleep(0.2)
+    assert (rollout["status"], rollout["reason"]) == ("rolled_back", "max_duration"), rollout
+    assert rollout["figures"]["elapsed_s"] >= 1.5, rollout
+    assert dep.head(scenario)["release_id"] != candidate
 
 
 def test_two_api_replicas_route_every_session_alike(
