@@ -1,10 +1,20 @@
-"""Avro single-object encoding of events, with a fingerprint catalogue.
+"""Avro encoding of events in either wire format, with a fingerprint catalogue.
 
-Wire format of every value (Avro specification, "Single object encoding"):
-``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's
-Parsing Canonical Form + the Avro binary body. Readers look the fingerprint up in the
-catalogue (current schemas plus every superseded version kept in ``schemas/history``)
-and resolve the writer schema to the current reader schema of the same event type.
+A value is the Avro binary body of the event behind one of two headers:
+
+* single-object (Avro specification, "Single object encoding"; the default): ``C3 01``
+  + 8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing
+  Canonical Form. Readers look the fingerprint up in the catalogue (current schemas
+  plus every superseded version kept in ``schemas/history``);
+* Confluent (a deployment's ``wire_format: confluent``): ``00`` + the 4-byte big-endian
+  id a schema registry assigned to the writer schema. Readers map the id to its schema
+  (the current schemas' ids are given at start-up; any other id is asked of the
+  registry once, through ``schema_by_id``, and cached) and that schema to its catalogue
+  entry by fingerprint.
+
+Every codec reads both headers, whichever it writes: a deployment can switch formats and
+its older records stay readable. The writer schema is then resolved to the current
+reader schema of the same event type.
 """
 
 from __future__ import annotations
@@ -23,15 +33,25 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import validate
 
 from reef.avro_plan import DECLINED, RecordPlan, record_plan
-from reef.core.errors import CorruptRecordError, EventValidationError, UnknownSchemaError
+from reef.core.errors import (
+    ConfigError,
+    CorruptRecordError,
+    EventValidationError,
+    UnknownSchemaError,
+)
 from reef.core.events import EVENT_TYPES, Event
 
 MAGIC: Final = b"\xc3\x01"
 HEADER_LEN: Final = 10
+#: the Confluent wire format: magic byte 0, then the registry's schema id (big-endian)
+CONFLUENT_MAGIC: Final = b"\x00"
+ID_HEADER_LEN: Final = 5
 EVENT_TYPE_HEADER: Final = "reef-event-type"
 FINGERPRINT_HEADER: Final = "reef-schema-fingerprint"
 
 Headers = list[tuple[str, bytes]]
+#: the registry's schema (parsed JSON) of a schema id; None when it has no such id
+SchemaById = Callable[[int], dict[str, Any] | None]
 
 
 def schema_dir() -> Path:
@@ -89,6 +109,11 @@ class SchemaCatalogue:
         except KeyError:
             raise UnknownSchemaError(f"unknown schema fingerprint {fp}") from None
 
+    def resolve(self, raw: dict[str, Any]) -> SchemaEntry:
+        """The catalogue's entry of a schema given in full (one a registry holds): the
+        same canonical form is the same entry; an unknown one is parsed as it is."""
+        return self._by_fingerprint.get(schema_fingerprint(raw)) or _entry(raw)
+
     def fingerprints(self) -> set[str]:
         return set(self._by_fingerprint)
 
@@ -106,7 +131,12 @@ def _entry(raw: dict[str, Any]) -> SchemaEntry:
 
 
 class EventCodec:
-    """Encodes events to single-object Avro bytes plus Kafka headers, and back.
+    """Encodes events to Avro bytes plus Kafka headers, and back (either wire format).
+
+    ``schema_ids`` (event type -> the registry id of its current schema, for every type)
+    makes the codec write the Confluent format; without it, it writes single-object.
+    ``schema_by_id`` resolves any other id a record carries (None: such a record is an
+    :class:`UnknownSchemaError`).
 
     Each current schema has a compiled :class:`reef.avro_plan.RecordPlan`: the fast path
     for events of plain values and well-formed payloads. What a plan declines takes the
@@ -114,18 +144,40 @@ class EventCodec:
     reader), so both give the same bytes, events and errors (pinned by tests).
     """
 
-    def __init__(self, catalogue: SchemaCatalogue | None = None) -> None:
+    def __init__(
+        self,
+        catalogue: SchemaCatalogue | None = None,
+        *,
+        schema_ids: Mapping[str, int] | None = None,
+        schema_by_id: SchemaById | None = None,
+    ) -> None:
         self.catalogue = catalogue or SchemaCatalogue.load()
-        #: event type -> (plan, magic + fingerprint, headers); fingerprint -> (plan, class)
+        ids = dict(schema_ids or {})
+        missing = sorted(set(self.catalogue.current_entries()) - set(ids))
+        if schema_ids is not None and missing:
+            raise ConfigError(f"no schema id for event type(s) {', '.join(missing)}")
+        #: the wire format this codec writes
+        self.wire_format = "confluent" if schema_ids is not None else "single-object"
+        #: event type -> the header it writes; schema id -> writer schema (a cache)
+        self._prefixes: dict[str, bytes] = {}
+        self._by_id: dict[int, SchemaEntry] = {}
+        self._schema_by_id = schema_by_id
+        #: event type -> (plan, header, headers); header (either format) -> (plan, class)
         self._writers: dict[str, tuple[RecordPlan, bytes, Headers]] = {}
         self._readers: dict[bytes, tuple[RecordPlan, EventBuilder]] = {}
         for name, entry in self.catalogue.current_entries().items():
+            single = MAGIC + bytes.fromhex(entry.fingerprint)
+            prefixes = [single]
+            if schema_ids is not None:
+                self._by_id[ids[name]] = entry
+                prefixes.insert(0, confluent_header(ids[name]))
+            self._prefixes[name] = prefixes[0]
             plan = record_plan(entry.schema)
             if plan is None or name not in EVENT_TYPES:
                 continue
-            prefix = MAGIC + bytes.fromhex(entry.fingerprint)
-            self._writers[name] = (plan, prefix, _headers(entry))
-            self._readers[prefix] = (plan, event_builder(EVENT_TYPES[name], plan.names))
+            self._writers[name] = (plan, prefixes[0], _headers(entry))
+            build = event_builder(EVENT_TYPES[name], plan.names)
+            self._readers.update((prefix, (plan, build)) for prefix in prefixes)
 
     def encode(self, event: Event) -> tuple[bytes, Headers]:
         fast = self._writers.get(event.type_name())
@@ -144,17 +196,17 @@ class EventCodec:
         record = {name: getattr(event, name) for name in _field_names(type(event))}
         _validate(entry, record)
         buffer = io.BytesIO()
-        buffer.write(MAGIC)
-        buffer.write(bytes.fromhex(entry.fingerprint))
+        buffer.write(self._prefixes[entry.event_type])
         fastavro.schemaless_writer(buffer, entry.schema, record)
         return buffer.getvalue(), _headers(entry)
 
     def decode(self, payload: bytes) -> Event:
-        fast = self._readers.get(payload[:HEADER_LEN]) if type(payload) is bytes else None
+        size = ID_HEADER_LEN if payload[:1] == CONFLUENT_MAGIC else HEADER_LEN
+        fast = self._readers.get(payload[:size]) if type(payload) is bytes else None
         if fast is not None:
             plan, build = fast
             try:
-                values = plan.read(payload[HEADER_LEN:])
+                values = plan.read(payload[size:])
             except DECLINED:
                 pass  # not a well-formed body of the current schema: fastavro decides
             else:
@@ -163,13 +215,20 @@ class EventCodec:
 
     def decode_reference(self, payload: bytes) -> Event:
         """Read with fastavro, resolving an older writer schema to the current one."""
-        if len(payload) < HEADER_LEN or payload[:2] != MAGIC:
-            raise CorruptRecordError("not a single-object Avro payload (bad magic)")
-        writer = self.catalogue.writer(payload[2:HEADER_LEN].hex())
+        if len(payload) >= ID_HEADER_LEN and payload[:1] == CONFLUENT_MAGIC:
+            writer = self.writer_of_id(int.from_bytes(payload[1:ID_HEADER_LEN], "big"))
+            body = payload[ID_HEADER_LEN:]
+        elif len(payload) >= HEADER_LEN and payload[:2] == MAGIC:
+            writer = self.catalogue.writer(payload[2:HEADER_LEN].hex())
+            body = payload[HEADER_LEN:]
+        else:
+            raise CorruptRecordError(
+                "not a single-object or Confluent-framed Avro payload (bad magic)"
+            )
         reader = self.catalogue.current(writer.event_type)
         try:
             record = fastavro.schemaless_reader(
-                io.BytesIO(payload[HEADER_LEN:]),
+                io.BytesIO(body),
                 writer.schema,
                 # the current schema: nothing to resolve (resolution costs ~2x the read)
                 None if writer is reader else reader.schema,
@@ -179,6 +238,27 @@ class EventCodec:
         if not isinstance(record, dict):
             raise CorruptRecordError(f"{writer.event_type} decoded to a non-record")
         return EVENT_TYPES[writer.event_type](**record)
+
+    def writer_of_id(self, schema_id: int) -> SchemaEntry:
+        """The writer schema of a Confluent-framed record: cached, else the registry's."""
+        entry = self._by_id.get(schema_id)
+        if entry is not None:
+            return entry
+        if self._schema_by_id is None:
+            raise UnknownSchemaError(
+                f"a Confluent-framed record with schema id {schema_id}, and no schema "
+                "registry to resolve it (set schema_registry_url)"
+            )
+        raw = self._schema_by_id(schema_id)
+        if raw is None:
+            raise UnknownSchemaError(f"the schema registry has no schema with id {schema_id}")
+        entry = self._by_id[schema_id] = self.catalogue.resolve(raw)
+        return entry
+
+
+def confluent_header(schema_id: int) -> bytes:
+    """Magic byte 0 and the 4-byte big-endian schema id (the Confluent wire format)."""
+    return CONFLUENT_MAGIC + schema_id.to_bytes(4, "big")
 
 
 def _headers(entry: SchemaEntry) -> Headers:

@@ -56,8 +56,13 @@ class Settings(BaseModel):
     kafka_topic_prefix: str = Field("", description="Prefix of every topic and group on Kafka.")
     schema_registry_url: str | None = Field(
         None,
-        description="Confluent-compatible schema registry (its API base URL) that "
-        "`reef topics create` registers every schema in; none: no registry.",
+        description="Confluent-compatible schema registry (its API base URL): `reef topics "
+        "create` registers every schema in it, readers resolve Confluent schema ids in it.",
+    )
+    wire_format: Literal["single-object", "confluent"] = Field(
+        "single-object",
+        description="Header of every value written: single-object (C3 01 + fingerprint) or "
+        "confluent (00 + the registry's schema id; needs schema_registry_url).",
     )
     partitions: int = Field(6, ge=1, le=1024, description="Partitions of every event topic.")
     producer_id: str = Field("", description="Instance id written on events (default: host-pid).")

@@ -51,6 +51,7 @@ from reef.hosts import embedded as embedded_host
 from reef.hosts.worker import processor_process
 from reef.local_engine import local_engine
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore
 from reef.services.judge import in_process_judge
 from reef.services.projection import ProjectionFollower
@@ -107,7 +108,8 @@ async def serving_context(
         keys = open_keyring(log)
         await keys.start()
         stack.push_async_callback(keys.close)
-        store = EventStore(log, claims=ClaimCheck(artifacts, settings.claim_check_bytes), keys=keys)
+        claims = ClaimCheck(artifacts, settings.claim_check_bytes)
+        store = EventStore(log, open_codec(settings), claims=claims, keys=keys)
         projection = ProjectionFollower(store)
         await projection.start()
         stack.push_async_callback(projection.close)

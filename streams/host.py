@@ -79,7 +79,6 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 
 from reef.catalog import processors as configured_processors
-from reef.codec import EventCodec
 from reef.core.collector import collector_paused
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
@@ -87,6 +86,7 @@ from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID, topic_for
 from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog
+from reef.log.wire_format import open_codec
 from reef.settings import Settings
 from streams import watchdog
 from streams.changelog import changelog_topic
@@ -223,7 +223,7 @@ class StreamsHost:
         #: output event type -> its (prefixed) topic
         self._output_topics: dict[str, str] = {}
         self.data_dir = data_dir
-        self.codec = EventCodec()
+        self.codec = open_codec(settings)
         self._fatal = on_fatal
         self._tasks: dict[int, Task] = {}
         #: stores of the partitions revoked last, per number, until the next assignment

@@ -18,6 +18,7 @@ from reef.core import topics
 from reef.core.events import Event, InferenceRecorded
 from reef.core.rollouts import Rollout
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services import audit
 from reef.settings import Settings
 from reef.wiring import readable_store
@@ -28,7 +29,7 @@ async def _events(settings: Settings, topic_names: tuple[str, ...]) -> list[Even
     claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
     async with (
         running(open_log(settings, client_id="reef-audit")) as log,
-        readable_store(log, claims) as store,
+        readable_store(log, claims, open_codec(settings)) as store,
     ):
         out: list[Event] = []
         for topic in topic_names:

@@ -13,6 +13,7 @@ from reef.artifacts.content import ContentStore
 from reef.artifacts.gitview import GitRelease, export_git
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore
 from reef.services.projection import FOLLOWED_TOPICS, ApiState
 
@@ -36,7 +37,7 @@ def export(
 
     async def chain() -> ApiState:
         async with running(open_log(settings, client_id="reef-git-export")) as log:
-            store = EventStore(log)
+            store = EventStore(log, open_codec(settings))
             state = ApiState()
             for topic in FOLLOWED_TOPICS:
                 async for stored in store.read(topic, scenario=scenario):

@@ -20,6 +20,7 @@ from reef.core.errors import ConfigError
 from reef.core.topics import LOG_TOPICS
 from reef.crypto.rings import open_keyring
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore
 from reef.services.judge import Judge, judge_config, running_judge
 
@@ -67,7 +68,10 @@ def judge(
             keys = open_keyring(log)  # opens the sealed exchanges; erased ones fail
             await keys.start()
             store = EventStore(
-                log, claims=ClaimCheck(artifacts, settings.claim_check_bytes), keys=keys
+                log,
+                open_codec(settings),
+                claims=ClaimCheck(artifacts, settings.claim_check_bytes),
+                keys=keys,
             )
             try:
                 async with running_judge(store, config) as worker:

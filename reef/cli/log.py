@@ -18,6 +18,7 @@ from reef.core.errors import ConfigError, SchemaRegistryError
 from reef.core.topics import ALL_TOPICS, LOG_TOPICS
 from reef.log import open_log, running
 from reef.log.schema_registry import SchemaRegistry, register_schemas, registration_plan
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import StoredEvent
 from reef.wiring import readable_store
 
@@ -28,20 +29,15 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.option(
-    "--schema-registry-url",
-    help="Also register every schema in this Confluent-compatible registry (API base URL).",
-)
 @log_options
-def topics_create(config_file: Path | None, schema_registry_url: str | None, **flags: Any) -> None:
+def topics_create(config_file: Path | None, **flags: Any) -> None:
     """Create every Reef topic (idempotent; infinite retention).
 
     With a schema registry configured, also register every schema (history first) under
     ``<topic>-<record name>`` subjects with BACKWARD compatibility; the registry refuses
     an incompatible one (exit 1, naming the file and subject).
     """
-    flags = {**pop_log_flags(flags), "schema_registry_url": schema_registry_url}
-    settings = settings_from(config_file, **flags).settings
+    settings = settings_from(config_file, **pop_log_flags(flags)).settings
 
     async def run() -> None:
         async with running(open_log(settings)) as log:
@@ -98,7 +94,7 @@ def tail(
             # claim-checked bodies are shown in full, fetched from the artifact store;
             # sealed ones opened with their data key (an erased record shows no content)
             claims = ClaimCheck(artifacts, settings.claim_check_bytes)
-            async with readable_store(log, claims) as store:
+            async with readable_store(log, claims, open_codec(settings)) as store:
                 start = None if from_beginning else await log.end_offsets(topic)
                 async for stored in store.read(
                     topic, start=start, follow=follow, scenario=scenario

@@ -22,7 +22,8 @@ SERVER_KEEP_ALIVE_S = 75
 
 
 def log_options(fn: F) -> F:
-    """Add -c/--config, --state-dir, --log, --kafka-bootstrap and --partitions."""
+    """Add -c/--config, --state-dir, --log, --kafka-bootstrap, --partitions,
+    --kafka-topic-prefix, --schema-registry-url and --wire-format."""
     decorators = [
         click.option(
             "-c",
@@ -36,6 +37,15 @@ def log_options(fn: F) -> F:
         click.option("--kafka-bootstrap", help="Kafka bootstrap servers."),
         click.option("--partitions", type=int, help="Partitions per event topic."),
         click.option("--kafka-topic-prefix", help="Prefix of every Reef topic on Kafka."),
+        click.option(
+            "--schema-registry-url",
+            help="Confluent-compatible schema registry (API base URL).",
+        ),
+        click.option(
+            "--wire-format",
+            type=click.Choice(["single-object", "confluent"]),
+            help="Header of every value written (confluent: registry schema ids).",
+        ),
     ]
     for decorator in reversed(decorators):
         fn = decorator(fn)
@@ -53,5 +63,13 @@ def settings_from(config_file: Path | None, **flags: Any) -> LoadedSettings:
 def pop_log_flags(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {
         k: kwargs.pop(k)
-        for k in ("state_dir", "log", "kafka_bootstrap", "partitions", "kafka_topic_prefix")
+        for k in (
+            "state_dir",
+            "log",
+            "kafka_bootstrap",
+            "partitions",
+            "kafka_topic_prefix",
+            "schema_registry_url",
+            "wire_format",
+        )
     }

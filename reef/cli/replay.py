@@ -12,6 +12,7 @@ import click
 from reef.catalog import processors
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.replay import live_digests, replay
 from reef.wiring import durable_tables
 
@@ -25,12 +26,10 @@ def replay_command(config_file: Path | None, compare_live: bool, **flags: Any) -
 
     async def run() -> dict[str, Any]:
         async with running(open_log(settings, client_id="reef-replay")) as log:
-            result = await replay(processors(settings), log)
+            result = await replay(processors(settings), log, open_codec(settings))
             out: dict[str, Any] = {"events": result.events, "replayed": result.digests()}
             if compare_live:
-                live = await live_digests(
-                    processors(settings), log, durable_tables(settings)
-                )
+                live = await live_digests(processors(settings), log, durable_tables(settings))
                 out["live"] = live
                 out["equal"] = all(out["replayed"][name] == digest for name, digest in live.items())
             return out

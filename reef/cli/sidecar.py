@@ -16,6 +16,7 @@ from reef.artifacts.content import ContentStore
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.engine.engine_client import AsyncEngineClient
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore
 from reef.sidecar.runner import Sidecar, SidecarConfig
 
@@ -54,7 +55,8 @@ def sidecar(
         try:
             async with running(open_log(settings, client_id="reef-sidecar")) as log:
                 content = ContentStore(open_store(settings))
-                await Sidecar(config, EventStore(log), content, engine).run()
+                store = EventStore(log, open_codec(settings))
+                await Sidecar(config, store, content, engine).run()
         finally:
             await engine.aclose()
 

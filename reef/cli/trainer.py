@@ -19,6 +19,7 @@ from reef.core.errors import ConfigError
 from reef.core.topics import LOG_TOPICS
 from reef.crypto.rings import open_keyring
 from reef.log import open_log, running
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore
 
 
@@ -67,7 +68,7 @@ def trainer(
             await keys.start()
             worker = build_trainer(
                 settings,
-                EventStore(log, claims=claims, keys=keys),
+                EventStore(log, open_codec(settings), claims=claims, keys=keys),
                 content,
                 recipe=recipe,
                 partitions=owned or None,

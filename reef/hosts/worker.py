@@ -25,6 +25,8 @@ from reef.catalog import processors
 from reef.hosts import READY_LINE
 from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
+from reef.log.wire_format import open_codec
+from reef.services.eventstore import EventStore
 from reef.settings import ENV_PREFIX, Settings
 
 logger = logging.getLogger(__name__)
@@ -37,8 +39,9 @@ async def run_embedded_processors(settings: Settings) -> None:
     """Host every processor on the embedded log until cancelled."""
     log = EmbeddedLog(settings.state_dir / "log.sqlite3", partitions=settings.partitions)
     await log.start()
+    store = EventStore(log, open_codec(settings))  # decodes inputs, encodes outputs
     runtimes = [
-        EmbeddedRuntime(log, processor, idle_wait=POLL_SECONDS)
+        EmbeddedRuntime(log, processor, idle_wait=POLL_SECONDS, store=store)
         for processor in processors(settings)
     ]
     try:

@@ -154,6 +154,16 @@ class SchemaRegistry:
         response = self._call("POST", f"/subjects/{_q(subject)}", {"schema": schema}, True)
         return None if response is None else int(response.json()["version"])
 
+    def find_id(self, subject: str, schema: str) -> int | None:
+        """The schema id of ``schema`` when it is registered in ``subject``."""
+        response = self._call("POST", f"/subjects/{_q(subject)}", {"schema": schema}, True)
+        return None if response is None else int(response.json()["id"])
+
+    def schema(self, schema_id: int) -> dict[str, Any] | None:
+        """The schema the registry holds under ``schema_id`` (parsed), None if none."""
+        response = self._call("GET", f"/schemas/ids/{schema_id}", missing_ok=True)
+        return None if response is None else dict(json.loads(response.json()["schema"]))
+
     def register(self, subject: str, schema: str) -> int:
         """Register ``schema`` as the subject's next version; return its schema id."""
         path = f"/subjects/{_q(subject)}/versions"

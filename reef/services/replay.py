@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reef.codec import EventCodec
 from reef.core.collector import collector_paused
 from reef.core.events import Event
 from reef.core.ids import content_hash
@@ -99,8 +100,10 @@ async def ordered_events(store: EventStore, topics: Sequence[str]) -> list[Event
     return [event for _, event in read.merged(topics) if event is not None]
 
 
-async def replay(processors: Sequence[Processor], log: EventLog) -> ReplayResult:
-    store = EventStore(log)
+async def replay(
+    processors: Sequence[Processor], log: EventLog, codec: EventCodec | None = None
+) -> ReplayResult:
+    store = EventStore(log, codec)
     needed = [t for p in processors for t in p.inputs] + list(FOLLOWED_TOPICS)
     # the collector is off over the reads too: they keep every record until the end, so
     # its collections would only walk the growing lists (replay is a batch job: the

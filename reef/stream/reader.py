@@ -16,11 +16,13 @@ from datetime import datetime
 from typing import Literal
 
 from reef.artifacts import ClaimCheck, open_store
+from reef.codec import EventCodec
 from reef.core.errors import CodecError
 from reef.core.events import Event
 from reef.crypto.rings import open_keyring
 from reef.log import open_log, running
 from reef.log.base import EventLog, LogRecord
+from reef.log.wire_format import open_codec
 from reef.services.eventstore import EventStore, StoredEvent
 from reef.settings import Settings
 
@@ -209,13 +211,14 @@ async def _merged(
 
 @contextlib.asynccontextmanager
 async def readable_store(
-    log: EventLog, claims: ClaimCheck | None = None
+    log: EventLog, claims: ClaimCheck | None = None, codec: EventCodec | None = None
 ) -> AsyncIterator[EventStore]:
-    """A store whose reads open sealed content, with its key ring running (tools, CLIs)."""
+    """A store whose reads open sealed content, with its key ring running (tools, CLIs);
+    ``codec`` is the deployment's (:func:`reef.log.wire_format.open_codec`)."""
     keys = open_keyring(log)
     await keys.start()
     try:
-        yield EventStore(log, claims=claims, keys=keys)
+        yield EventStore(log, codec, claims=claims, keys=keys)
     finally:
         await keys.close()
 
@@ -236,7 +239,7 @@ async def open_stream(
     claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
     async with (
         running(open_log(settings, client_id="reef-stream")) as log,
-        readable_store(log, claims) as store,
+        readable_store(log, claims, open_codec(settings)) as store,
     ):
         stream = EventStream(
             store,

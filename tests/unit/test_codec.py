@@ -381,7 +381,8 @@ def _payload() -> bytes:
         b"\xc3",
         b"\xc3\x01",
         b"\xc3\x01\x00\x00\x00",
-        b"\x00\x01" + b"\x00" * 30,
+        b"\x00\x01\x00",  # a Confluent magic byte without a whole schema id
+        b"\x01\x00" + b"\x00" * 30,
         b"\xc3\x02" + b"\x00" * 30,
         b"garbage that is not avro at all",
         b'{"json": "not avro"}',
@@ -395,7 +396,7 @@ def test_bad_magic_or_short_header_is_corrupt(payload: bytes) -> None:
 def test_wrong_magic_on_a_valid_body_is_corrupt() -> None:
     payload = _payload()
     with pytest.raises(CorruptRecordError):
-        CODEC.decode(b"\x00" + payload[1:])
+        CODEC.decode(b"\x01" + payload[1:])
     with pytest.raises(CorruptRecordError):
         CODEC.decode(payload[:1] + b"\x02" + payload[2:])
 
