@@ -8,6 +8,12 @@ metrics; ``/reef/harness/install`` renders the release for one agent
 ``x-reef-scenario`` header. A pin by ``?release_id=`` or ``?version=`` names one
 release of the scenario; anything else is 404. Of a composite release
 (:mod:`reef.artifacts.parts`) only the harness part is served.
+
+Unpinned, the files and the install script are those of the release that serves the
+caller: the head, or during a canary rollout the arm the caller's session
+(``x-reef-tag-session``) is routed to, by the same draw as its exchanges
+(:func:`reef.core.routing.route`), so an agent that installs a candidate's harness has
+its exchanges recorded as the candidate's. A fetch without a session tag gets the head.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from fastapi.responses import JSONResponse, Response
 
 from reef.api import openapi, registry
 from reef.api.context import AppContext, context_of
-from reef.api.inputs import scenario_header
+from reef.api.inputs import scenario_header, tags_of
 from reef.api.releases import RELEASE_HEADER, find_release
 from reef.artifacts.parts import harness_part
+from reef.core import routing
 from reef.core.errors import RequestError
 from reef.harness import HarnessTreeError, UnknownAdapterError, release_install_script
 from reef.services.projection import ReleaseView, ScenarioView
@@ -47,6 +54,22 @@ def _pinned(view: ScenarioView, release_id: str | None, version: str | None) -> 
     return find_release(view, release_id or version or view.head)
 
 
+def _serving(
+    request: Request,
+    ctx: AppContext,
+    view: ScenarioView,
+    release_id: str | None,
+    version: str | None,
+) -> ReleaseView:
+    """The pinned release, else the one that serves the caller's session (module doc)."""
+    session = tags_of(request).get("session")
+    if release_id or version or not session:
+        return _pinned(view, release_id, version)
+    key = routing.routing_key(session, "")
+    chosen = routing.route(view.name, key, ctx.projection.state.rollouts)
+    return find_release(view, view.head if chosen is None else chosen.release_id)
+
+
 def _row(release: ReleaseView, head: str, step: int) -> dict[str, Any]:
     return {"step": step, "artifact_version": release.release_id, **release.as_json(head)}
 
@@ -65,7 +88,7 @@ async def harness(
       "http://127.0.0.1:8900/reef/harness?release_id=<id>"
     """
     ctx, view = _scenario(request)
-    release = _pinned(view, release_id, version)
+    release = _serving(request, ctx, view, release_id, version)
     files = harness_part(await asyncio.to_thread(ctx.content.read_text_files, release.content_id))
     return JSONResponse(
         {
@@ -130,7 +153,7 @@ async def harness_install(
       "http://127.0.0.1:8900/reef/harness/install?adapter=claude" | sh -s -- ~/.claude
     """
     ctx, view = _scenario(request)
-    release = _pinned(view, release_id, version)
+    release = _serving(request, ctx, view, release_id, version)
     files = harness_part(await asyncio.to_thread(ctx.content.read_text_files, release.content_id))
     script = _script(files, adapter, view.name, release.release_id)
     return Response(

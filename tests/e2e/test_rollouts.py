@@ -8,6 +8,8 @@ upstream, pending harness releases proposed as a trainer would.
 * a candidate whose reports score better is promoted by the controller and becomes the
   head through the chain's promote; a worse one is rolled back and stays held, marked;
 * an operator's promote or rollback ends a rollout at once;
+* an agent fetching its harness with a session tag gets the harness of its session's
+  arm (the one its exchanges are routed to); without a tag, the head's;
 * a rollout with no traffic is rolled back once its max_duration_s has passed (the
   API's deadline watcher, reef/api/rollout_deadlines.py);
 * ``reef replay --compare-live`` finds the controller's live state equal to the replay.
@@ -315,6 +317,35 @@ def test_an_operator_ends_a_rollout_at_once(dep: Deployment) -> None:
     assert release["rollback_target_release_id"] == second
     assert release["parent_release_id"] == head
     assert dep.head(scenario)["release_id"] == release["release_id"]
+
+
+def test_an_agent_installs_the_harness_of_the_arm_its_session_is_routed_to(
+    dep: Deployment,
+) -> None:
+    scenario = dep.create_scenario("canary-harness")
+    head_rules = dep.content.publish_files({"system_prompt.md": "the head's rules"})
+    dep.propose_training(scenario, head_rules)
+    candidate = held_release(dep, scenario, "the candidate's rules")
+    started = start(dep, scenario, candidate, share=0.5, min_exchanges=100_000).json()
+    seen: set[str] = set()
+    with dep.client(dep.read_token, scenario=scenario) as client:
+        for n in range(16):
+            session = f"harness-{n}"
+            tag = {"x-reef-tag-session": session}
+            files = client.get("/reef/harness", headers=tag)
+            assert files.status_code == 200, files.text
+            arm = expected_arm(scenario, started, session)
+            assert files.json()["release_id"] == arm
+            prompt = files.json()["files"]["system_prompt.md"]
+            assert prompt == ("the candidate's rules" if arm == candidate else "the head's rules")
+            script = client.get("/reef/harness/install?adapter=claude", headers=tag)
+            assert script.status_code == 200, script.text
+            assert script.headers["x-reef-release-id"] == arm
+            assert served(dep, scenario, session)[1] == arm  # its exchanges: the same arm
+            seen.add(arm)
+        untagged = client.get("/reef/harness")
+    assert seen == {started["head_release_id"], candidate}
+    assert untagged.json()["release_id"] == started["head_release_id"]
 
 
 def test_a_rollout_with_no_traffic_is_rolled_back_when_its_max_duration_passes(
