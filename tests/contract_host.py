@@ -11,7 +11,9 @@ and inputs are redelivered (client resends, producer retries, second reports on 
 - the rollout controller appends exactly one decision per rollout, and the chain commits
   exactly one promote of each promoted candidate.
 
-Subclass :class:`HostContract` in a ``test_*.py`` module and provide a ``rig`` fixture.
+Subclass :class:`HostContract` in a ``test_*.py`` module and provide a ``rig`` fixture
+(:class:`JoinContract` alone: the join's part, for a variant of a host already tested
+in full, such as its ``wire_format: confluent`` deployment).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from reef.api.context import processor_group
 from reef.catalog import processors
+from reef.codec import MAGIC, EventCodec
 from reef.core import topics
 from reef.core.events import Event, ReleaseCommitted, RolloutDecided
 from reef.core.rollout_control import PRODUCER as CONTROLLER
@@ -46,6 +49,8 @@ class HostRig:
     log: EventLog
     host: HostProcess
     durable_tables: DurableTables
+    #: the deployment's codec (its wire format); None: single-object, no registry
+    codec: EventCodec | None = None
 
     @property
     def processors(self) -> Sequence[Processor]:
@@ -54,11 +59,17 @@ class HostRig:
     async def outputs(self) -> list[Event]:
         return await self.read(topics.SAMPLES)
 
+    def store(self) -> EventStore:
+        return EventStore(self.log, self.codec)
+
     async def read(self, topic: str) -> list[Event]:
-        """Every record of ``topic``, decoded (a duplicate record is listed twice)."""
+        """Every record of ``topic``, decoded (a duplicate record is listed twice); each
+        in the deployment's wire format, whoever wrote it (the test or the host)."""
         found = []
-        async for stored in EventStore(self.log).read(topic):
+        header = b"\x00" if self.codec and self.codec.wire_format == "confluent" else MAGIC
+        async for stored in self.store().read(topic):
             assert stored.event is not None, stored.error
+            assert stored.record.value.startswith(header), stored.record
             found.append(stored.event)
         return found
 
@@ -74,7 +85,7 @@ class HostRig:
 
     async def assert_replay_equal(self) -> None:
         """The state the host holds durably is the state replay rebuilds from the log."""
-        replayed = (await replay(self.processors, self.log)).digests()
+        replayed = (await replay(self.processors, self.log, self.codec)).digests()
         live = await live_digests(self.processors, self.log, self.durable_tables)
         assert live == {name: replayed[name] for name in live}
 
@@ -108,14 +119,16 @@ class HostRig:
             await asyncio.sleep(0.5)
 
 
-class HostContract:
+class JoinContract:
+    """The join's part of the contract: exactly once and replay equal under kills."""
+
     KILLS = 5
 
     async def test_exactly_once_and_replay_equal_while_the_host_is_killed(
         self, rig: HostRig
     ) -> None:
         plan = eos_plan(reports=420, chunk_size=35, seed=11)
-        store = EventStore(rig.log)
+        store = rig.store()
         rng = random.Random(5)
         chunks = list(plan.chunks)
         for _ in range(self.KILLS):
@@ -141,11 +154,15 @@ class HostContract:
         check_eos(await rig.outputs(), plan)
         await rig.assert_replay_equal()
 
+
+class HostContract(JoinContract):
+    """The whole contract: the join's, and the rollout controller's."""
+
     async def test_one_decision_per_rollout_while_the_host_is_killed(self, rig: HostRig) -> None:
         """The rollout controller appends one RolloutDecided per rollout, and the chain
         commits one promote, however often the host is SIGKILLed while deciding."""
         plan = rollout_plan(scenarios=4, exchanges=40, chunk_size=30)
-        store = EventStore(rig.log)
+        store = rig.store()
         rig.host.start()
         await rig.host.wait_ready()
         await store.append_all(plan.setup)

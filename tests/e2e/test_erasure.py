@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reef.codec import ID_HEADER_LEN, MAGIC, EventCodec
 from reef.core import topics
 from reef.core.events import InferenceRecorded, ReportSubmitted, SampleJoined, TurnJudged
 from reef.core.feedback import report_id as computed_report_id
@@ -63,6 +64,7 @@ from reef.testing.servers import (
 from reef.wiring import readable_store
 from tests.support.api import assert_reef_error, chat_body, unique_scenario
 from tests.support.streams import start_streams
+from tests.support.wire import confluent_codec, confluent_env
 
 TIMEOUT = 60.0
 
@@ -94,6 +96,8 @@ class Deployment:
     #: Kafka: the topic prefix and the broker's data dir (for the key topic's files)
     prefix: str = ""
     broker_dir: Path | None = None
+    #: a ``wire_format: confluent`` deployment's codec (None: single-object)
+    codec: EventCodec | None = None
     exchanges: dict[str, Exchange] = field(default_factory=dict)
 
     def client(self) -> httpx.Client:
@@ -110,7 +114,7 @@ class Deployment:
             log = self.new_log()
             await log.start()
             try:
-                async with readable_store(log) as store:
+                async with readable_store(log, codec=self.codec) as store:
                     return [s async for s in store.read(topic, scenario=self.scenario)]
             finally:
                 await log.close()
@@ -132,6 +136,27 @@ class Deployment:
 
         found: dict[str, bytes] = _run(read())
         return found
+
+    def assert_wire_format(self) -> None:
+        """Every event record the deployment wrote has its wire format's header."""
+        header = confluent_header_of if self.codec is not None else single_object_header_of
+
+        async def read() -> list[tuple[str, bytes]]:
+            log = self.new_log()
+            await log.start()
+            try:
+                return [
+                    (topic, record.value)
+                    for topic in topics.ALL_TOPICS
+                    async for record in log.read(topic)
+                ]
+            finally:
+                await log.close()
+
+        values = _run(read())
+        assert values
+        for topic, value in values:
+            assert header(value), (topic, value[:12])
 
     def raw_topics(self) -> bytes:
         """Every record (key, value, headers) of every topic of this deployment."""
@@ -168,6 +193,14 @@ async def _prefixed_topics(log: EventLog, prefix: str) -> list[str]:
         await admin.close()
 
 
+def confluent_header_of(value: bytes) -> bool:
+    return value[:1] == b"\x00" and len(value) > ID_HEADER_LEN
+
+
+def single_object_header_of(value: bytes) -> bool:
+    return value[:2] == MAGIC
+
+
 def files_bytes(root: Path) -> bytes:
     return b"\n".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
@@ -194,7 +227,10 @@ def judge_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstrea
         yield judge
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(
+    scope="module",
+    params=["embedded", "embedded-confluent", pytest.param("kafka", marks=pytest.mark.kafka)],
+)
 def deployment(
     request: pytest.FixtureRequest,
     upstream: UpstreamProcess,
@@ -207,9 +243,15 @@ def deployment(
     env = {**ENV, **JUDGE_ENV, "REEF_TOKEN": token, "REEF_UPSTREAM_API_KEY": "sk-up-erasure"}
     env["REEF_JUDGE_URL"] = judge_upstream.v1_url
     scenario = unique_scenario("erase")
-    if request.param == "embedded":
+    if request.param.startswith("embedded"):
         state = work / "state"
         flags = ["--state-dir", str(state)]
+        codec = None
+        if request.param == "embedded-confluent":  # every value: 00 + registry id + body
+            url = request.getfixturevalue("schema_registry_url")
+            codec = confluent_codec(url)
+            env.update(confluent_env(url))
+            flags += ["--schema-registry-url", url]  # reef export, replay, audit read ids
         served = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
         try:
             yield Deployment(
@@ -219,6 +261,7 @@ def deployment(
                 scenario,
                 flags,
                 lambda: EmbeddedLog(state / "log.sqlite3"),
+                codec=codec,
             )
         finally:
             served.stop()
@@ -398,6 +441,7 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     assert set(keys) == set(receipts), "every exchange has its data key"
     # the embedded log and the artifact store hold only sealed bodies, even now
     raw = dep.raw_topics()
+    dep.assert_wire_format()
     for exchange in dep.exchanges.values():
         for marker in exchange.markers:
             assert marker not in raw, f"{marker!r} in the log in clear"

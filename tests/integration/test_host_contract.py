@@ -16,8 +16,9 @@ from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.settings import Settings
 from streams import changelog
-from tests.contract_host import HostContract, HostRig
+from tests.contract_host import HostContract, HostRig, JoinContract
 from tests.support.hosts import HostProcess
+from tests.support.wire import confluent_codec, confluent_env
 
 pytestmark = pytest.mark.slow
 #: the hosts run the rollout controller too (off by default in a deployment)
@@ -67,6 +68,47 @@ class TestKafkaHost(HostContract):
         )
         try:
             yield HostRig(settings, log, host, changelog.durable_tables)
+        finally:
+            host.stop()
+            await log.close()
+            await delete_prefixed_topics(kafka_bootstrap, prefix)
+
+
+@pytest.mark.kafka
+class TestKafkaHostConfluent(JoinContract):
+    """The Kafka host of a ``wire_format: confluent`` deployment: inputs and outputs are
+    00 + registry id + body (HostRig.read checks each record), exactly once, replay equal."""
+
+    @pytest.fixture
+    async def rig(
+        self, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path
+    ) -> AsyncIterator[HostRig]:
+        prefix = f"host-cf-{uuid.uuid4().hex[:8]}."
+        codec = confluent_codec(schema_registry_url, prefix)
+        settings = Settings(
+            log="kafka",
+            kafka_bootstrap=kafka_bootstrap,
+            kafka_topic_prefix=prefix,
+            rollouts=True,
+            schema_registry_url=schema_registry_url,
+            wire_format="confluent",
+        )
+        log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, client_id="reef-host-contract")
+        await log.start()
+        await log.ensure_topics(list(LOG_TOPICS))
+        flags = ["--log", "kafka", "--kafka-bootstrap", kafka_bootstrap]
+        host = HostProcess(
+            [*flags, "--kafka-topic-prefix", prefix],
+            tmp_path / "logs",
+            env={
+                **ROLLOUTS,
+                **confluent_env(schema_registry_url),
+                "REEF_STREAMS_SESSION_TIMEOUT_S": "6",
+                "REEF_STREAMS_INSTANCE_ID": f"reef-test-{prefix}worker",
+            },
+        )
+        try:
+            yield HostRig(settings, log, host, changelog.durable_tables, codec)
         finally:
             host.stop()
             await log.close()
