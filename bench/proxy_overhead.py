@@ -11,12 +11,15 @@ server rather than a Python client:
   probe (bench/proxy_ttfb.py) for the added time to the first byte and per SSE event.
 
 Targets: direct, Reef on the embedded log, Reef on Kafka (``--kafka-bootstrap``, default:
-the local stack's single node if it answers), with ``--baseline REF`` the same two Reefs
-built from a git ref (``HEAD``: before/after the work tree's changes, side by side in this
-run), with ``--workers N`` the work tree's two Reefs again as ``reef serve --workers N``,
-a LiteLLM proxy if ``--litellm`` names an executable, and the existing Reef (PyPI
-``reef-infra``, record-only; it needs Python >= 3.12, e.g. a pyenv 3.12 venv) if
-``--reef-infra`` names its ``reef``.
+the local stack's single node if it answers), Reef on the embedded log with OpenTelemetry
+tracing on (``reef-embedded+otel``: spans exported to ``--otlp-endpoint``, default the
+local stack's collector if it answers; its requests carry a ``traceparent``), with
+``--baseline REF`` the same two Reefs built from a git ref (``HEAD``: before/after the work
+tree's changes, side by side in this run), with ``--workers N`` the work tree's two Reefs
+again as ``reef serve --workers N``, a LiteLLM proxy if ``--litellm`` names an executable,
+and the existing Reef (PyPI ``reef-infra``, record-only; it needs Python >= 3.12, e.g. a
+pyenv 3.12 venv) if ``--reef-infra`` names its ``reef``. ``--only-otel`` keeps direct and
+the two embedded Reefs (tracing off and on) alone.
 
 The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
 targets interleaved within a round, and the table shows the median with its spread
@@ -24,7 +27,8 @@ targets interleaved within a round, and the table shows the median with its spre
 stopped, and its log is read back: "durable" counts the receipts found in the log.
 
     .venv/bin/python bench/proxy_overhead.py [--seconds 5] [--rounds 3] [--baseline HEAD]
-        [--kafka-bootstrap 127.0.0.1:19092] [--litellm PATH] [--reef-infra PATH] [--workers 2]
+        [--kafka-bootstrap 127.0.0.1:19092] [--otlp-endpoint http://127.0.0.1:14318]
+        [--litellm PATH] [--reef-infra PATH] [--workers 2] [--only-otel]
 """
 
 from __future__ import annotations
@@ -54,11 +58,14 @@ from bench.proxy_targets import (
     start_target,
 )
 from bench.proxy_ttfb import StreamTiming, probe
+from reef.stack.collector import LOCAL_ENDPOINT as LOCAL_OTLP
 from reef.testing.servers import ManagedProcess, free_port, running_upstream, spawn
 
 TOKEN = "bench-token"
 #: LiteLLM refuses to start without a master key; authenticated like Reef, so it is fair
 LITELLM_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
+#: the traced target's requests continue a caller's trace, as an instrumented agent's would
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 BODY = {
     "model": "gpt-4o",
     "messages": [{"role": "user", "content": "Return exactly: reef is ready"}],
@@ -143,7 +150,12 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Res
 
 
 def kafka_answers(bootstrap: str) -> bool:
-    host, _, port = bootstrap.partition(":")
+    return answers(bootstrap)
+
+
+def answers(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a URL's scheme is cut)."""
+    host, _, port = address.split("://", 1)[-1].rstrip("/").partition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=1):
             return True
@@ -162,6 +174,16 @@ def listening(proc: ManagedProcess, port: int) -> str:
             time.sleep(0.5)
     proc.stop()
     raise SystemExit(f"{proc.argv[0]} did not start\n{proc.output()}")
+
+
+def start_traced(upstream_v1: str, otlp: str, workdir: Path) -> Target:
+    """The work tree's Reef on the embedded log, exporting a span per exchange to ``otlp``."""
+    settings = {"REEF_OTEL_ENABLED": "true", "REEF_OTEL_ENDPOINT": otlp}
+    reef = start_target(
+        "reef-embedded+otel", upstream_v1, token=TOKEN, workdir=workdir, settings=settings
+    )
+    headers = {**reef.headers, "traceparent": TRACEPARENT}
+    return Target(reef.name, f"{reef.base_url}/v1/chat/completions", headers, reef)
 
 
 def start_litellm(executable: str, upstream_v1: str, workdir: Path) -> tuple[ManagedProcess, str]:
@@ -221,6 +243,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of every measurement")
     parser.add_argument("--baseline", help="git ref to serve beside the work tree (e.g. HEAD)")
     parser.add_argument("--kafka-bootstrap", default="127.0.0.1:19092")
+    parser.add_argument("--otlp-endpoint", default=LOCAL_OTLP, help="OTLP/HTTP receiver")
+    parser.add_argument(
+        "--only-otel",
+        action="store_true",
+        help="measure direct, reef-embedded and reef-embedded+otel only",
+    )
     parser.add_argument("--litellm", help="path of a litellm executable (optional)")
     parser.add_argument(
         "--reef-infra", help="path of the existing Reef's `reef` executable (optional)"
@@ -236,13 +264,18 @@ def main() -> None:
     with running_upstream(workdir) as upstream:
         targets = [Target("direct", f"{upstream.v1_url}/chat/completions", {})]
         kafka = args.kafka_bootstrap if kafka_answers(args.kafka_bootstrap) else None
-        if kafka is None:
+        if args.only_otel:
+            kafka = None
+        elif kafka is None:
             print(f"(no Kafka at {args.kafka_bootstrap}: skipping the Kafka targets)")
+        otlp = args.otlp_endpoint if answers(args.otlp_endpoint) else None
+        if otlp is None:
+            print(f"(no OTLP receiver at {args.otlp_endpoint}: skipping reef-embedded+otel)")
         # (name suffix, git tree or None for the work tree, API processes)
         trees: list[tuple[str, Path | None, int]] = [("", None, 1)]
-        if args.workers > 1:
+        if args.workers > 1 and not args.only_otel:
             trees.append((f" x{args.workers}", None, args.workers))
-        if args.baseline:
+        if args.baseline and not args.only_otel:
             trees.append((f"@{args.baseline}", export_tree(args.baseline), 1))
         try:
             for suffix, tree, workers in trees:
@@ -260,6 +293,8 @@ def main() -> None:
                     )
                     url = f"{reef.base_url}/v1/chat/completions"
                     targets.append(Target(reef.name, url, reef.headers, reef))
+            if otlp is not None:
+                targets.append(start_traced(upstream.v1_url, otlp, workdir))
             if args.litellm:
                 proc, url = start_litellm(args.litellm, upstream.v1_url, workdir)
                 procs.append(proc)

@@ -93,8 +93,10 @@ def start_target(
     tree: Path | None = None,
     kafka_bootstrap: str | None = None,
     workers: int = 1,
+    settings: dict[str, str] | None = None,
 ) -> ReefTarget:
-    """``reef serve`` of ``tree`` (None: the work tree) on the embedded log or Kafka."""
+    """``reef serve`` of ``tree`` (None: the work tree) on the embedded log or Kafka;
+    ``settings`` are extra ``REEF_*`` variables."""
     port = free_port()
     state_dir = workdir / name
     args = ["serve", "--host", HOST, "--port", str(port), "--state-dir", str(state_dir)]
@@ -105,7 +107,7 @@ def start_target(
     if kafka_bootstrap is not None:
         kafka = (kafka_bootstrap, create_topics(kafka_bootstrap))
         args += ["--log", "kafka", *_kafka_flags(*kafka)]
-    env = clean_env({"REEF_TOKEN": token})
+    env = clean_env({"REEF_TOKEN": token, **(settings or {})})
     cwd = tree or REPO_ROOT
     if tree is not None:
         env["PYTHONPATH"] = str(tree)

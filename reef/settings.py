@@ -216,6 +216,17 @@ class Settings(BaseModel):
     upstream_read_timeout_s: float = Field(120.0, gt=0, description="Upstream read timeout.")
     upstream_max_connections: int = Field(200, ge=1, description="Pooled upstream connections.")
 
+    otel_enabled: bool = Field(
+        False,
+        description="Export OpenTelemetry spans of exchanges and reports over OTLP/HTTP "
+        "(needs reef[otel]); off: no tracing code runs.",
+    )
+    otel_endpoint: str = Field(
+        "http://127.0.0.1:4318",
+        description="OTLP/HTTP receiver base URL (spans go to <endpoint>/v1/traces).",
+    )
+    otel_service: str = Field("reef", description="service.name of the exported spans.")
+
 
 Source = Literal["flag", "file", "env", "default"]
 

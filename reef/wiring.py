@@ -52,6 +52,7 @@ from reef.hosts.worker import processor_process
 from reef.local_engine import local_engine
 from reef.log import open_log, running
 from reef.log.wire_format import open_codec
+from reef.observability.tracing import open_tracing
 from reef.services.eventstore import EventStore
 from reef.services.judge import in_process_judge
 from reef.services.projection import ProjectionFollower
@@ -139,6 +140,7 @@ async def serving_context(
             judge = await stack.enter_async_context(in_process_judge(serving, store, producer))
         upstream = Upstream(serving)
         stack.push_async_callback(upstream.aclose)
+        tracing = await stack.enter_async_context(open_tracing(serving, serving.upstream_dialect))
         ctx = AppContext(
             serving,
             producer,
@@ -155,6 +157,7 @@ async def serving_context(
             shadows=ShadowCopies(
                 limit=settings.shadow_max_in_flight, grace_s=settings.shadow_grace_s
             ),
+            tracing=tracing,
         )
         stack.push_async_callback(ctx.drain)
         yield ctx

@@ -26,6 +26,9 @@ Fixtures:
 * ``schema_registry_url`` (session) -> ``str``: the Confluent-compatible API of the
   local schema registry (Apicurio), ``http://127.0.0.1:18081/apis/ccompat/v7``
   (``REEF_TEST_SCHEMA_REGISTRY_URL`` points at another one instead).
+* ``otlp_receiver`` (session) -> :class:`~tests.support.otlp.OtlpReceiver`: the local
+  OpenTelemetry Collector's OTLP/HTTP ``endpoint`` (``http://127.0.0.1:14318``) and
+  ``spans()``, what its file exporter wrote (built and started if needed).
 * ``new_topic_name`` (function) -> ``Callable[..., str]``: ``new_topic_name(prefix="t")``
   gives a unique, legal topic name (topics are not auto-created: create them).
 """
@@ -40,9 +43,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reef.stack import kafka, registry, seaweed
+from reef.stack import collector, kafka, registry, seaweed
 from reef.stack.paths import StackSettings, load_settings
 from reef.stack.process import Echo, StackError
+from tests.support.otlp import OtlpReceiver
 from tests.support.stack import KafkaBroker, KafkaCluster, S3Server
 
 _CLUSTER_KEY = pytest.StashKey["KafkaCluster"]()
@@ -180,6 +184,21 @@ def schema_registry_url(reef_stack_settings: StackSettings, reef_stack_echo: Ech
         return registry.up(reef_stack_settings, echo=reef_stack_echo)
     except StackError as exc:
         pytest.fail(f"the schema registry is not available: {exc}", pytrace=False)
+
+
+# ---------------------------------------------------------------------------
+# OTLP receiver
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver(reef_stack_settings: StackSettings, reef_stack_echo: Echo) -> OtlpReceiver:
+    """The local OpenTelemetry Collector (built and started if needed); tests read the
+    spans its file exporter wrote, so it is always this stack's own."""
+    try:
+        endpoint = collector.up(reef_stack_settings, echo=reef_stack_echo)
+    except StackError as exc:
+        pytest.fail(f"the OTLP receiver is not available: {exc}", pytrace=False)
+    return OtlpReceiver(endpoint, collector.spans_file(reef_stack_settings))
 
 
 # ---------------------------------------------------------------------------

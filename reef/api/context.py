@@ -20,6 +20,7 @@ from reef.core.errors import ReefError
 from reef.core.rollout_control import LIVE_PREFIX, RolloutController
 from reef.core.state import Processor
 from reef.core.topics import STREAMS_APP_ID
+from reef.observability.tracing import Tracing
 from reef.services.eventstore import EventStore
 from reef.services.projection import ProjectionFollower
 from reef.services.replay import DurableRows
@@ -67,6 +68,8 @@ class AppContext:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     #: the shadow rollouts' copies in flight (reef.api.shadow)
     shadows: ShadowCopies = field(default_factory=ShadowCopies)
+    #: exchange and report spans (None: tracing is off, and no tracing code runs)
+    tracing: Tracing | None = None
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:
         """The caller, who must hold one of ``scopes``; raises 401/403 otherwise."""

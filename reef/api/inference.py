@@ -41,6 +41,7 @@ from reef.core import fingerprints, routing, shadow
 from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
+from reef.observability.tracing import ExchangeSpan
 from reef.services.projection import ApiState
 from reef.settings import Settings
 
@@ -78,6 +79,8 @@ class Exchange:
     has_tools: bool | None = None
     #: the copy a shadow rollout's candidate answers once this exchange is recorded
     shadow: ShadowRequest | None = None
+    #: its span, when tracing is on (reef.observability.tracing)
+    span: ExchangeSpan | None = None
 
     def copy_to_shadow(self, ctx: AppContext) -> None:
         """After the record is durable: the candidate's copy leaves in the background."""
@@ -285,6 +288,22 @@ def _shadow_request(
 
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     ctx = context_of(request)
+    if ctx.tracing is None:
+        return await _serve(request, ctx, route, dialect, None)
+    span = ctx.tracing.exchange(request.headers, route)
+    try:
+        response = await _serve(request, ctx, route, dialect, span)
+    except BaseException as exc:
+        span.failed(exc)
+        raise
+    if not isinstance(response, StreamingResponse):  # a stream's span ends when it is recorded
+        span.answered(response.status_code)  # no-op once recorded
+    return response
+
+
+async def _serve(
+    request: Request, ctx: AppContext, route: str, dialect: Dialect, span: ExchangeSpan | None
+) -> Response:
     started = time.perf_counter()
     principal = ctx.authenticate(request, "inference")
     scenario = scenario_header(request)
@@ -326,6 +345,16 @@ async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
     if exchange.release_id != view.head:  # a canary (or pinned) release: an engine slot
         upstream_request.headers[routing.SERVE_RELEASE_HEADER] = exchange.release_id
+    if span is not None:
+        exchange.span = span
+        span.describe(
+            route,
+            scenario=scenario,
+            receipt=receipt,
+            release=exchange.release_id,
+            model=exchange.model,
+        )
+        span.inject(upstream_request.headers)
     exchange.upstream_started = time.perf_counter()
     upstream_response = await ctx.upstream.send(upstream_request, stream=exchange.stream)
     request.app.state.metrics.upstream_seconds.labels(route).observe(
@@ -375,6 +404,8 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: UpstreamReply
     )
     await ctx.store.append(event)
     exchange.copy_to_shadow(ctx)
+    if exchange.span is not None:
+        exchange.span.recorded(event, parsed if isinstance(parsed, dict) else None)
     headers = {RECEIPT_HEADER: exchange.receipt, RELEASE_HEADER: exchange.receipt_release}
     return Response(
         content,
@@ -416,9 +447,13 @@ async def _relay_stream(
                 try:
                     await ctx.store.append(record)
                 except LogUnavailableError as exc:
+                    if exchange.span is not None:
+                        exchange.span.failed(exc)
                     yield _stream_error(exchange, str(exc))
                     return
                 exchange.copy_to_shadow(ctx)
+                if exchange.span is not None:
+                    exchange.span.recorded(record, assembly.first_chunk or assembly.final_response)
                 yield receipt_frames(exchange.route, event, assembly, exchange.receipt)
             if relayed:
                 yield b"".join(relayed)
@@ -451,6 +486,8 @@ def _record_incomplete(
         error=why,
     )
     ctx.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")
+    if exchange.span is not None:
+        exchange.span.recorded(record, assembly.first_chunk or assembly.final_response)
 
 
 def _stream_error(exchange: Exchange, message: str) -> bytes:

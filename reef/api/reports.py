@@ -151,7 +151,18 @@ async def submit_report(request: Request) -> JSONResponse:
         )
     report = validate_report(parse_object(await read_body(request, ctx.settings.max_body_bytes)))
     await registry.ensure(ctx, scenario)
-    await request.app.state.report_desk.submit(ctx, scenario, report, principal.name)
+    desk: ReportDesk = request.app.state.report_desk
+    if ctx.tracing is None:
+        await desk.submit(ctx, scenario, report, principal.name)
+    else:
+        with ctx.tracing.report(
+            request.headers,
+            scenario=scenario,
+            report_id=report.report_id,
+            score=report.score,
+            references=report.references,
+        ):
+            await desk.submit(ctx, scenario, report, principal.name)
     return JSONResponse(
         {"agent_record_id": report.report_id, "scenario": scenario, "request_type": "report"}
     )

@@ -1,4 +1,4 @@
-"""``reef stack``: start, stop and inspect the local Kafka + S3 + schema registry stack."""
+"""``reef stack``: start, stop and inspect the local Kafka + S3 + schema registry + OTLP stack."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import sys
 
 import click
 
-from reef.stack import kafka, process, registry, seaweed
+from reef.stack import collector, kafka, process, registry, seaweed
 from reef.stack.paths import (
     ENV_STACK_HOME,
     ENV_TEST_KAFKA_BOOTSTRAP,
+    ENV_TEST_OTLP_ENDPOINT,
     ENV_TEST_S3_ACCESS_KEY,
     ENV_TEST_S3_BUCKET,
     ENV_TEST_S3_ENDPOINT,
@@ -28,7 +29,8 @@ def _echo(message: str) -> None:
 
 @click.group()
 def stack() -> None:
-    """Local Kafka (KRaft), S3 (SeaweedFS) and a schema registry (Apicurio) for development.
+    """Local Kafka (KRaft), S3 (SeaweedFS), a schema registry (Apicurio) and an OTLP
+    receiver (the OpenTelemetry Collector) for development.
 
     Installs into $REEF_STACK_HOME (default ~/.cache/reef-stack).
     """
@@ -53,7 +55,16 @@ def stack() -> None:
     show_default=True,
     help="Start the Confluent-compatible schema registry (Apicurio).",
 )
-def up(with_kafka: bool, cluster: bool, with_s3: bool, with_registry: bool) -> None:
+@click.option(
+    "--otlp/--no-otlp",
+    "with_otlp",
+    default=True,
+    show_default=True,
+    help="Start the OTLP receiver (an OpenTelemetry Collector, built on first run).",
+)
+def up(
+    with_kafka: bool, cluster: bool, with_s3: bool, with_registry: bool, with_otlp: bool
+) -> None:
     """Install what is missing, start the services, wait until they answer."""
     # Readiness probes see refused connections while brokers boot; aiokafka logs each one.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -65,6 +76,8 @@ def up(with_kafka: bool, cluster: bool, with_s3: bool, with_registry: bool) -> N
             kafka.up(settings, "cluster" if cluster else "single", echo=_echo)
         if with_s3:
             seaweed.up(settings, echo=_echo)
+        if with_otlp:
+            collector.up(settings, echo=_echo)
         if with_registry:
             registry.up(settings, echo=_echo)
     except StackError as exc:
@@ -79,6 +92,7 @@ def down(wipe: bool) -> None:
     services = [svc for shape in kafka.SHAPES for svc in kafka.services(settings, shape)]
     services.append(seaweed.service_for(settings))
     services.append(registry.service_for(settings))
+    services.append(collector.service_for(settings))
     stopped = process.stop_all(services, timeout=30.0)
     for service in stopped:
         _echo(f"Stopped {service.name}")
@@ -89,6 +103,7 @@ def down(wipe: bool) -> None:
             kafka.wipe(settings, shape)
         seaweed.wipe(settings)
         registry.wipe(settings)
+        collector.wipe(settings)
         _echo(f"Wiped data and logs under {settings.run_dir}")
 
 
@@ -98,7 +113,8 @@ def status(quiet: bool) -> None:
     """Show what is installed and running.
 
     Exits 0 when the single Kafka node and S3 are running, 1 otherwise (the schema
-    registry is shown but not required: a stack started before it existed still counts).
+    registry and the OTLP receiver are shown but not required: a stack started before
+    they existed still counts).
     """
     settings = load_settings()
 
@@ -115,6 +131,9 @@ def status(quiet: bool) -> None:
     apicurio = registry.install_for(settings)
     unpacked = "installed" if apicurio.is_complete() else "not installed"
     say(f"apicurio registry {registry.VERSION}: {unpacked} ({apicurio.root})")
+    otelcol = collector.build_for(settings).binary
+    built = "built" if otelcol.is_file() else "not built"
+    say(f"opentelemetry collector {collector.VERSION}: {built} ({otelcol})")
     default_up = True
     for shape_name in kafka.SHAPES:
         shape = kafka.shape_for(settings, shape_name)
@@ -137,6 +156,13 @@ def status(quiet: bool) -> None:
     reg_pid = reg.pid()
     state = f"running (pid {reg_pid})" if reg_pid else "stopped"
     say(f"schema registry (apicurio): {state}, {registry.LOCAL_URL}, log {reg.log_file}")
+    otlp = collector.service_for(settings)
+    otlp_pid = otlp.pid()
+    state = f"running (pid {otlp_pid})" if otlp_pid else "stopped"
+    say(
+        f"otlp receiver (opentelemetry collector): {state}, {collector.LOCAL_ENDPOINT}, "
+        f"spans {collector.spans_file(settings)}, log {otlp.log_file}"
+    )
     if not default_up:
         sys.exit(1)
 
@@ -156,6 +182,7 @@ def env() -> None:
         ENV_TEST_S3_SECRET_KEY: s3.secret_key,
         ENV_TEST_S3_BUCKET: s3.bucket,
         ENV_TEST_SCHEMA_REGISTRY_URL: registry.LOCAL_URL,
+        ENV_TEST_OTLP_ENDPOINT: collector.LOCAL_ENDPOINT,
     }
     for name, value in values.items():
         click.echo(f"export {name}={shlex.quote(value)}")
@@ -166,6 +193,8 @@ def env() -> None:
         _echo("note: SeaweedFS is not running (reef stack up)")
     if not registry.service_for(settings).is_running():
         _echo("note: the schema registry is not running (reef stack up)")
+    if not collector.service_for(settings).is_running():
+        _echo("note: the OTLP receiver is not running (reef stack up)")
 
 
 def main() -> None:  # pragma: no cover - `python -m reef.cli.stack`

@@ -1,7 +1,7 @@
 """Where the local stack lives, and the only place that reads the environment.
 
-Everything the stack installs or writes (Kafka jars, the SeaweedFS binary, the schema
-registry's distribution, data,
+Everything the stack installs or writes (Kafka jars, the SeaweedFS and OpenTelemetry
+Collector binaries, the schema registry's distribution, data,
 logs, pid files) goes under ``$REEF_STACK_HOME`` (default
 ``~/.cache/reef-stack``), outside the repository.
 """
@@ -20,6 +20,7 @@ ENV_TEST_S3_ACCESS_KEY = "REEF_TEST_S3_ACCESS_KEY"
 ENV_TEST_S3_SECRET_KEY = "REEF_TEST_S3_SECRET_KEY"  # noqa: S105 - a variable name
 ENV_TEST_S3_BUCKET = "REEF_TEST_S3_BUCKET"
 ENV_TEST_SCHEMA_REGISTRY_URL = "REEF_TEST_SCHEMA_REGISTRY_URL"
+ENV_TEST_OTLP_ENDPOINT = "REEF_TEST_OTLP_ENDPOINT"
 
 
 @dataclass(frozen=True)
