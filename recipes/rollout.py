@@ -36,6 +36,11 @@ class RolloutConfig(StrictModel):
         default=86_400.0, description="A rollout still undecided after this is rolled back."
     )
     alpha: float = Field(default=0.05, description="The false-promotion rate the test keeps.")
+    latency_slo_ms: float | None = Field(
+        default=None,
+        description="Latency objective: a candidate proven slower than it more often than "
+        "the head is rolled back (unset: latency is shown, not tested).",
+    )
 
     @model_validator(mode="after")
     def _valid_policy(self) -> RolloutConfig:
@@ -51,6 +56,7 @@ class RolloutConfig(StrictModel):
             min_exchanges=self.min_exchanges,
             max_duration_s=self.max_duration_s,
             alpha=self.alpha,
+            latency_slo_ms=self.latency_slo_ms,
         )
 
     def policy_json(self) -> str:

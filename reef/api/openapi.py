@@ -100,6 +100,11 @@ ROLLOUT_BODY: Final[dict[str, Any]] = {
         "min_exchanges": {"type": "integer", "minimum": 1, "default": 100},
         "max_duration_s": {"type": "number", "exclusiveMinimum": 0, "default": 86400},
         "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "latency_slo_ms": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "Roll back a candidate proven slower than this more often.",
+        },
     },
 }
 LFS_BATCH_BODY: Final[dict[str, Any]] = {

@@ -66,6 +66,7 @@ def rollout_json(rollout: Rollout) -> dict[str, Any]:
         "min_exchanges": policy.min_exchanges,
         "max_duration_s": policy.max_duration_s,
         "alpha": policy.alpha,
+        "latency_slo_ms": policy.latency_slo_ms,
         "status": rollout.status,
         "reason": rollout.reason,
         "started_at": rollout.started_at.isoformat(),
@@ -154,6 +155,7 @@ async def start_rollout(scenario: str, request: Request) -> JSONResponse:
         max_duration_s=policy.max_duration_s,
         alpha=policy.alpha,
         requested_by=principal.name,
+        latency_slo_ms=policy.latency_slo_ms,
     )
     refused = validate(ctx.projection.state.rollouts, event)
     if refused is not None:
@@ -180,12 +182,16 @@ def _start_input(body: dict[str, Any]) -> tuple[str, RolloutPolicy]:
             raise RequestError(400, f"invalid_{name}", f"{name} must be a number")
     if isinstance(values["min_exchanges"], bool) or not isinstance(values["min_exchanges"], int):
         raise RequestError(400, "invalid_min_exchanges", "min_exchanges must be an integer")
+    slo = body.get("latency_slo_ms")
+    if slo is not None and (isinstance(slo, bool) or not isinstance(slo, int | float)):
+        raise RequestError(400, "invalid_latency_slo_ms", "latency_slo_ms must be a number")
     policy = RolloutPolicy(
         mode=values["mode"],
         share=float(values["share"]),
         min_exchanges=values["min_exchanges"],
         max_duration_s=float(values["max_duration_s"]),
         alpha=float(values["alpha"]),
+        latency_slo_ms=None if slo is None else float(slo),
     )
     problem = policy.problem()
     if problem is not None:

@@ -181,6 +181,7 @@ def _rollout_start(committed: ReleaseCommitted, policy: RolloutPolicy) -> Rollou
         max_duration_s=policy.max_duration_s,
         alpha=policy.alpha,
         requested_by=committed.proposal_id,
+        latency_slo_ms=policy.latency_slo_ms,
     )
 
 

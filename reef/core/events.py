@@ -181,6 +181,7 @@ class RolloutStarted(Event):
     max_duration_s: float
     alpha: float = 0.05
     requested_by: str | None = None
+    latency_slo_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,12 @@ every outcome, as often as the caller looks:
 
 1. Fewer than ``min_exchanges`` exchanges on either arm: no verdict yet (go to 5).
 2. The candidate's error rate proven higher (``p_more_errors <= alpha``): **roll back**
-   (``errors``).
+   (``errors``). With a latency objective (``latency_slo_ms``), the same for the share
+   of exchanges slower than it (``p_slower <= alpha``): **roll back** (``latency``).
+   Latency is tested as that share, a flag per exchange like an error, because the
+   tests need outcomes on a bounded range and an objective fixed before the rollout
+   (never one estimated from the arms) keeps them valid; without an objective latency
+   is shown, not tested.
 3. The candidate's mean score proven lower (``p_worse <= alpha``): **roll back**
    (``statistic``).
 4. The candidate's mean score proven higher (``p_better <= alpha``): **promote**
@@ -50,7 +55,7 @@ Verdict = Literal["continue", "promote", "roll_back"]
 Arm = Literal["head", "candidate"]
 
 #: why a rollout ended: the score test, the error test, the deadline, or an operator
-REASONS: Final = ("statistic", "errors", "max_duration", "manual")
+REASONS: Final = ("statistic", "errors", "latency", "max_duration", "manual")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,12 +71,16 @@ class DecisionRule:
     #: head outcomes averaged against each candidate outcome (about head share /
     #: candidate share: 9 for a 10% canary)
     head_group: int = 1
+    #: the latency objective: an exchange slower than this counts as slow (None: none)
+    latency_slo_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), not {self.alpha}")
         if self.min_exchanges < 1 or self.max_duration_s <= 0 or self.head_group < 1:
             raise ValueError("min_exchanges, max_duration_s and head_group must be positive")
+        if self.latency_slo_ms is not None and not self.latency_slo_ms > 0:
+            raise ValueError("latency_slo_ms must be positive")
 
 
 class LiveDecision(NamedTuple):
@@ -91,6 +100,8 @@ class LiveDecision(NamedTuple):
     evidence_worse: float
     #: evidence against "the candidate fails no more often than the head" (roll back)
     evidence_more_errors: float
+    #: evidence against "the candidate is slow no more often than the head" (roll back)
+    evidence_slower: float = 0.0
 
     @property
     def p_better(self) -> float:
@@ -105,24 +116,30 @@ class LiveDecision(NamedTuple):
     def p_more_errors(self) -> float:
         return math.exp(-self.evidence_more_errors)
 
+    @property
+    def p_slower(self) -> float:
+        return math.exp(-self.evidence_slower)
+
 
 class ArmTally:
     """What one arm has served and scored, for the figures (the tests pair outcomes)."""
 
-    __slots__ = ("errors", "exchanges", "score_sum", "scores")
+    __slots__ = ("errors", "exchanges", "score_sum", "scores", "slow")
 
     def __init__(self) -> None:
-        self.exchanges = self.errors = self.scores = 0
+        self.exchanges = self.errors = self.scores = self.slow = 0
         self.score_sum = 0.0
 
     def snapshot(self) -> list[float]:
-        return [self.exchanges, self.errors, self.scores, self.score_sum]
+        return [self.exchanges, self.errors, self.scores, self.score_sum, self.slow]
 
     @classmethod
     def restored(cls, values: list[float]) -> ArmTally:
+        """(A snapshot taken before latency was tested has four numbers.)"""
         tally = cls()
-        exchanges, errors, scores, tally.score_sum = values
+        exchanges, errors, scores, tally.score_sum = values[:4]
         tally.exchanges, tally.errors, tally.scores = int(exchanges), int(errors), int(scores)
+        tally.slow = int(values[4]) if len(values) > 4 else 0
         return tally
 
     def figures(self) -> dict[str, Any]:
@@ -132,13 +149,15 @@ class ArmTally:
             "error_rate": _ratio(self.errors, self.exchanges),
             "scores": self.scores,
             "mean_score": _ratio(self.score_sum, self.scores),
+            "slow": self.slow,
+            "slow_rate": _ratio(self.slow, self.exchanges),
         }
 
 
 class LiveComparison:
     """Both arms' outcomes and the decision over them (see the module docstring)."""
 
-    __slots__ = ("_threshold", "candidate", "errors", "head", "rule", "scores")
+    __slots__ = ("_threshold", "candidate", "errors", "head", "rule", "scores", "slow")
 
     def __init__(self, rule: DecisionRule) -> None:
         self.rule = rule
@@ -146,6 +165,8 @@ class LiveComparison:
         self.candidate = ArmTally()
         self.scores = PairedDifference(rule.head_group)
         self.errors = PairedDifference(rule.head_group)
+        #: paired "slower than the objective" flags (fed only with an objective)
+        self.slow = PairedDifference(rule.head_group)
         #: a test decides once its log-wealth reaches log(1/alpha)
         self._threshold = math.log(1.0 / rule.alpha)
 
@@ -157,6 +178,7 @@ class LiveComparison:
             "candidate": self.candidate.snapshot(),
             "scores": self.scores.snapshot(),
             "errors": self.errors.snapshot(),
+            "slow": self.slow.snapshot(),
         }
 
     @classmethod
@@ -166,18 +188,27 @@ class LiveComparison:
         comparison.candidate = ArmTally.restored(values["candidate"])
         comparison.scores = PairedDifference.restored(values["scores"])
         comparison.errors = PairedDifference.restored(values["errors"])
+        if "slow" in values:  # absent from a snapshot taken before latency was tested
+            comparison.slow = PairedDifference.restored(values["slow"])
         return comparison
 
-    def record_exchange(self, arm: Arm, *, error: bool) -> None:
-        """An exchange the arm served (``error``: it failed: no complete answer)."""
+    def record_exchange(self, arm: Arm, *, error: bool, latency_ms: float | None = None) -> None:
+        """An exchange the arm served (``error``: it failed: no complete answer;
+        ``latency_ms``: how long it took, compared with the rule's objective)."""
         tally = self.candidate if arm == "candidate" else self.head
         tally.exchanges += 1
         tally.errors += error
-        flag = 1.0 if error else 0.0
-        if arm == "candidate":
-            self.errors.add_candidate(flag)
-        else:
-            self.errors.add_head(flag)
+        pairs = [(self.errors, 1.0 if error else 0.0)]
+        slo = self.rule.latency_slo_ms
+        if slo is not None and latency_ms is not None:
+            slow = latency_ms > slo
+            tally.slow += slow
+            pairs.append((self.slow, 1.0 if slow else 0.0))
+        for paired, flag in pairs:
+            if arm == "candidate":
+                paired.add_candidate(flag)
+            else:
+                paired.add_head(flag)
 
     def record_score(self, arm: Arm, score: float) -> None:
         """A score in [0, 1] for an exchange the arm served."""
@@ -196,7 +227,12 @@ class LiveComparison:
             verdict, reason = "roll_back", "max_duration"
         scores = self.scores.test
         return LiveDecision(
-            verdict, reason, scores.max_log_up, scores.max_log_down, self.errors.test.max_log_up
+            verdict,
+            reason,
+            scores.max_log_up,
+            scores.max_log_down,
+            self.errors.test.max_log_up,
+            self.slow.test.max_log_up,
         )
 
     def _verdict(self) -> tuple[Verdict, str | None]:
@@ -204,6 +240,8 @@ class LiveComparison:
             return "continue", None
         if self.errors.test.max_log_up >= self._threshold:
             return "roll_back", "errors"
+        if self.slow.test.max_log_up >= self._threshold:
+            return "roll_back", "latency"
         if self.scores.test.max_log_down >= self._threshold:
             return "roll_back", "statistic"
         if self.scores.test.max_log_up >= self._threshold:
@@ -222,6 +260,8 @@ class LiveComparison:
             "p_better": _round(decision.p_better),
             "p_worse": _round(decision.p_worse),
             "p_more_errors": _round(decision.p_more_errors),
+            "latency_slo_ms": self.rule.latency_slo_ms,
+            "p_slower": _round(decision.p_slower),
         }
 
 

@@ -19,7 +19,8 @@ scenario, in log order:
    proposal (compare-and-swap; a proposal id it has decided is never decided again).
 3. While a rollout is live, an exchange served by the head or the candidate (the release
    that really served it: ``served_release_id``, else the routed ``release_id``) adds
-   its error flag (incomplete, or a status of 400 or more) to that arm; an exchange of
+   its error flag (incomplete, or a status of 400 or more) and, with a latency
+   objective, its slow flag (``latency_ms`` above ``latency_slo_ms``) to that arm; an exchange of
    any other release (a pinned one) is not counted. In a shadow rollout the head's arm
    counts the exchanges clients were answered with and the candidate's its shadow
    copies (:mod:`reef.core.shadow`: their release is the candidate, and a copy the
@@ -37,7 +38,7 @@ scenario, in log order:
 5. After every exchange and sample of the scenario the live decision
    (:class:`reef.core.live_decision.LiveComparison`) is asked, with the event time
    elapsed since the start. A verdict appends one ``RolloutDecided`` (reason
-   ``statistic``, ``errors`` or ``max_duration``, the figures as JSON) whose id derives
+   ``statistic``, ``errors``, ``latency`` or ``max_duration``, the figures as JSON) whose id derives
    from the rollout alone (:func:`decision_id`); the comparison then takes no more
    outcomes, and the rollout closes when the fold applies a decision (rule 1).
 
@@ -200,7 +201,7 @@ class RolloutController:
             if event.shadow_of is not None and release != event.release_id:
                 return []  # rule 3: the engine answered the copy with other weights
             failed = not event.complete or event.status >= 400
-            return self._outcome(state, event, [release], error=failed)
+            return self._outcome(state, event, [release], error=failed, latency_ms=event.latency_ms)
         if isinstance(event, SampleJoined):
             return self._outcome(state, event, event.release_ids, score=event.score)
         return []
@@ -262,6 +263,7 @@ class RolloutController:
         releases: list[str],
         *,
         error: bool | None = None,
+        latency_ms: float | None = None,
         score: float | None = None,
     ) -> list[Event]:
         """Rules 3 to 5."""
@@ -271,7 +273,7 @@ class RolloutController:
         arms = {live.arm_of(release) for release in releases}
         arm = arms.pop() if len(arms) == 1 else None
         if arm is not None and error is not None:
-            live.comparison.record_exchange(arm, error=error)
+            live.comparison.record_exchange(arm, error=error, latency_ms=latency_ms)
         elif arm is not None and score is not None:
             live.comparison.record_score(arm, score_outcome(score))
         decision = live.decide(event.occurred_at)

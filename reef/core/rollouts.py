@@ -56,6 +56,8 @@ class RolloutPolicy:
     min_exchanges: int
     max_duration_s: float
     alpha: float = 0.05
+    #: the latency objective whose exceedance rate is tested (None: latency not tested)
+    latency_slo_ms: float | None = None
 
     @classmethod
     def of(cls, event: RolloutStarted) -> RolloutPolicy:
@@ -65,6 +67,7 @@ class RolloutPolicy:
             min_exchanges=event.min_exchanges,
             max_duration_s=event.max_duration_s,
             alpha=event.alpha,
+            latency_slo_ms=event.latency_slo_ms,
         )
 
     def problem(self) -> str | None:
@@ -79,6 +82,8 @@ class RolloutPolicy:
             return "min_exchanges must be at least 1 and max_duration_s positive"
         if not 0.0 < self.alpha < 1.0:
             return "alpha must be in (0, 1)"
+        if self.latency_slo_ms is not None and not self.latency_slo_ms > 0.0:
+            return "latency_slo_ms must be positive"
         return None
 
     def decision_rule(self) -> DecisionRule:
@@ -90,6 +95,7 @@ class RolloutPolicy:
             min_exchanges=self.min_exchanges,
             max_duration_s=self.max_duration_s,
             head_group=max(1, round(per_candidate)),
+            latency_slo_ms=self.latency_slo_ms,
         )
 
 

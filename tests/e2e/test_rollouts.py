@@ -10,6 +10,8 @@ upstream, pending harness releases proposed as a trainer would.
 * an operator's promote or rollback ends a rollout at once;
 * an agent fetching its harness with a session tag gets the harness of its session's
   arm (the one its exchanges are routed to); without a tag, the head's;
+* a candidate slower than the policy's latency objective more often than the head is
+  rolled back for latency;
 * a rollout with no traffic is rolled back once its max_duration_s has passed (the
   API's deadline watcher, reef/api/rollout_deadlines.py);
 * ``reef replay --compare-live`` finds the controller's live state equal to the replay.
@@ -346,6 +348,39 @@ def test_an_agent_installs_the_harness_of_the_arm_its_session_is_routed_to(
         untagged = client.get("/reef/harness")
     assert seen == {started["head_release_id"], candidate}
     assert untagged.json()["release_id"] == started["head_release_id"]
+
+
+def test_a_candidate_slower_than_the_latency_objective_is_rolled_back_for_latency(
+    dep: Deployment,
+) -> None:
+    """Sessions routed to the candidate run its (slower) harness: the scripted upstream
+    waits 0.3 s before answering them. Scores are equal, so only latency can decide."""
+    scenario = dep.create_scenario("canary-slow")
+    candidate = held_release(dep, scenario, "slow")
+    started = start(dep, scenario, candidate, share=0.5, latency_slo_ms=150.0).json()
+    assert started["latency_slo_ms"] == 150.0
+
+    def one(session: str) -> None:
+        slow = expected_arm(scenario, started, session) == candidate
+        headers = {"Authorization": f"Bearer {dep.admin_token}", "x-reef-scenario": scenario}
+        headers["x-reef-tag-session"] = session
+        text = f"hello {session}" + (" __sleep_0.3__" if slow else "")
+        with httpx.Client(base_url=dep.base_url, headers=headers, timeout=60) as client:
+            response = client.post("/v1/chat/completions", json=chat_body(text))
+        assert response.status_code == 200, response.text
+        dep.report(scenario, [response.headers["x-reef-agent-record-id"]], 0.5)
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(MAX_EXCHANGES // 16):
+            list(pool.map(one, [f"slow-{uuid.uuid4().hex[:12]}" for _ in range(16)]))
+            rollout = rollout_of(dep, scenario, started["rollout_id"])
+            if rollout["status"] != "active":
+                break
+    assert (rollout["status"], rollout["reason"]) == ("rolled_back", "latency"), rollout
+    figures = rollout["figures"]
+    # a loaded machine may make a head exchange slow too; the candidate's always are
+    assert figures["candidate"]["slow_rate"] == 1.0 > figures["head"]["slow_rate"], figures
+    assert dep.head(scenario)["release_id"] == started["head_release_id"]
 
 
 def test_a_rollout_with_no_traffic_is_rolled_back_when_its_max_duration_passes(

@@ -64,6 +64,7 @@ def started(
     max_duration_s: float = 3600.0,
     alpha: float = 0.05,
     seconds: float = 0.0,
+    latency_slo_ms: float | None = None,
 ) -> RolloutStarted:
     return RolloutStarted(
         event_id=f"started-{scenario}-{rollout}",
@@ -78,6 +79,7 @@ def started(
         min_exchanges=min_exchanges,
         max_duration_s=max_duration_s,
         alpha=alpha,
+        latency_slo_ms=latency_slo_ms,
     )
 
 

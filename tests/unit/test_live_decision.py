@@ -268,15 +268,69 @@ def test_figures_name_both_arms_and_the_statistic() -> None:
         "error_rate": pytest.approx(1 / 3, abs=1e-6),
         "scores": 2,
         "mean_score": 0.375,
+        "slow": 0,
+        "slow_rate": 0.0,
     }
     assert figures["candidate"]["mean_score"] == 0.875
     assert figures["pairs"] == 2 and figures["mean_difference"] == 0.5
     assert figures["p_better"] <= 1.0 and figures["alpha"] == 0.05
 
 
+# -- latency: the share of exchanges slower than the objective ------------------------------
+
+
+def latency_run(seed: int, head_slow: float, candidate_slow: float, slo: float | None) -> str:
+    """A 20% canary with equal scores: the verdict after 3000 exchanges (or before)."""
+    rng = random.Random(seed)
+    comparison = LiveComparison(DecisionRule(min_exchanges=20, head_group=4, latency_slo_ms=slo))
+    for _ in range(3000):
+        arm: Arm = "candidate" if rng.random() < 0.2 else "head"
+        slow = rng.random() < (candidate_slow if arm == "candidate" else head_slow)
+        comparison.record_exchange(arm, error=False, latency_ms=900.0 if slow else 100.0)
+        comparison.record_score(arm, 0.5)
+        decision = comparison.decide(0.0)
+        if decision.verdict != "continue":
+            return f"{decision.verdict}/{decision.reason}"
+    return "continue"
+
+
+def test_a_candidate_slower_than_the_objective_more_often_is_rolled_back_for_latency() -> None:
+    verdicts = [latency_run(seed, 0.05, 0.30, slo=500.0) for seed in range(100)]
+    rolled = verdicts.count("roll_back/latency") / len(verdicts)
+    assert rolled >= 0.95, rolled
+
+
+def test_an_equally_fast_candidate_is_rolled_back_for_latency_at_most_alpha_of_the_time() -> None:
+    verdicts = [latency_run(seed, 0.2, 0.2, slo=500.0) for seed in range(200)]
+    rolled = verdicts.count("roll_back/latency") / len(verdicts)
+    assert rolled <= ALPHA, rolled
+
+
+def test_without_an_objective_latency_is_shown_never_tested() -> None:
+    verdicts = {latency_run(seed, 0.0, 1.0, slo=None) for seed in range(20)}
+    assert verdicts == {"continue"}
+
+
+def test_latency_figures_and_a_snapshot_from_before_latency_was_tested() -> None:
+    rule = DecisionRule(min_exchanges=2, latency_slo_ms=250.0)
+    comparison = LiveComparison(rule)
+    comparison.record_exchange("candidate", error=False, latency_ms=300.0)
+    comparison.record_exchange("candidate", error=False, latency_ms=200.0)
+    comparison.record_exchange("head", error=False)  # no latency known: not flagged
+    figures = comparison.figures(comparison.decide(0.0))
+    assert (figures["candidate"]["slow"], figures["candidate"]["slow_rate"]) == (1, 0.5)
+    assert figures["head"]["slow"] == 0 and figures["latency_slo_ms"] == 250.0
+    old = comparison.snapshot()
+    del old["slow"]
+    old["head"], old["candidate"] = old["head"][:4], old["candidate"][:4]
+    restored = LiveComparison.restored(rule, old)
+    assert restored.candidate.slow == 0 and restored.slow.test.count == 0
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
+        {"latency_slo_ms": 0.0},
         {"alpha": 0.0},
         {"alpha": 1.0},
         {"min_exchanges": 0},

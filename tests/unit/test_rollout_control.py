@@ -35,7 +35,9 @@ from tests.support.rollouts import at, committed, decided, started
 SCENARIO = "shop"
 
 
-def opening(min_exchanges: int = 20, max_duration_s: float = 3600.0) -> list[Event]:
+def opening(
+    min_exchanges: int = 20, max_duration_s: float = 3600.0, latency_slo_ms: float | None = None
+) -> list[Event]:
     """Head ``h0``, held ``c1``, and a 20% canary of ``c1`` started at second 2."""
     return [
         committed(SCENARIO, "h0", operation="creation"),
@@ -49,6 +51,7 @@ def opening(min_exchanges: int = 20, max_duration_s: float = 3600.0) -> list[Eve
             min_exchanges=min_exchanges,
             max_duration_s=max_duration_s,
             seconds=2,
+            latency_slo_ms=latency_slo_ms,
         ),
     ]
 
@@ -213,6 +216,31 @@ def test_a_candidate_that_fails_more_often_is_rolled_back_for_its_errors() -> No
     (decision,) = outputs
     assert isinstance(decision, RolloutDecided)
     assert (decision.outcome, decision.reason) == ("rolled_back", "errors")
+
+
+def test_a_candidate_slower_than_the_latency_objective_is_rolled_back_for_latency() -> None:
+    state, _ = run(opening(min_exchanges=10, latency_slo_ms=500.0))
+    rng = random.Random(3)
+    outputs: list[Event] = []
+    for n in range(3000):
+        arm = "c1" if rng.random() < 0.2 else "h0"
+        slow = arm == "c1" and rng.random() < 0.5
+        event = inference(
+            SCENARIO,
+            receipt(SCENARIO, n),
+            at(10 + n),
+            release=arm,
+            latency_ms=800.0 if slow else 120.0,
+        )
+        outputs += RolloutController().step(state, event)
+        if outputs:
+            break
+    (decision,) = outputs
+    assert isinstance(decision, RolloutDecided)
+    assert (decision.outcome, decision.reason) == ("rolled_back", "latency")
+    figures = json.loads(decision.figures_json)
+    assert figures["candidate"]["slow"] > 0 == figures["head"]["slow"]
+    assert figures["p_slower"] <= 0.05
 
 
 def test_the_deadline_in_event_time_rolls_back_an_unproven_candidate() -> None:
