@@ -19,7 +19,8 @@ tree's changes, side by side in this run), with ``--workers N`` the work tree's 
 again as ``reef serve --workers N``, a LiteLLM proxy if ``--litellm`` names an executable,
 and the existing Reef (PyPI ``reef-infra``, record-only; it needs Python >= 3.12, e.g. a
 pyenv 3.12 venv) if ``--reef-infra`` names its ``reef``. ``--only-otel`` keeps direct and
-the two embedded Reefs (tracing off and on) alone.
+the two embedded Reefs (tracing off and on) alone, plus the baseline's embedded Reef with
+``--baseline``.
 
 The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
 targets interleaved within a round, and the table shows the median with its spread
@@ -275,7 +276,7 @@ def main() -> None:
         trees: list[tuple[str, Path | None, int]] = [("", None, 1)]
         if args.workers > 1 and not args.only_otel:
             trees.append((f" x{args.workers}", None, args.workers))
-        if args.baseline and not args.only_otel:
+        if args.baseline:
             trees.append((f"@{args.baseline}", export_tree(args.baseline), 1))
         try:
             for suffix, tree, workers in trees:

@@ -130,17 +130,20 @@ async def serving_context(
                 await stack.enter_async_context(
                     _sidecar(settings, store, content, engine_url, producer)
                 )
+        # before the trainer, whose training spans link to the reports this process receives
+        tracing = await stack.enter_async_context(open_tracing(serving, serving.upstream_dialect))
         trainer = judge = None
         if runs_once:
             trainer = await stack.enter_async_context(
-                in_process_trainer(settings, store, content, producer, recipe=recipe)
+                in_process_trainer(
+                    settings, store, content, producer, recipe=recipe, tracing=tracing
+                )
             )
             # the judge asks the serving upstream (the local engine when none is set)
             # unless a judge URL is configured
             judge = await stack.enter_async_context(in_process_judge(serving, store, producer))
         upstream = Upstream(serving)
         stack.push_async_callback(upstream.aclose)
-        tracing = await stack.enter_async_context(open_tracing(serving, serving.upstream_dialect))
         ctx = AppContext(
             serving,
             producer,

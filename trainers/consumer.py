@@ -67,6 +67,7 @@ from reef.core.events import ReleaseCommitted, ReleaseProposed, SampleJoined, ut
 from reef.core.ids import EMPTY_CONTENT_ID, canonical_json, derived_id
 from reef.core.shadow import trains
 from reef.log.base import LogRecord
+from reef.observability.tracing import Tracing, TrainingSpan
 from reef.services.eventstore import EventStore
 from trainers.batcher import Batcher
 from trainers.chainview import ChainDecision, ChainFollower
@@ -108,8 +109,11 @@ class Trainer:
         config: TrainerConfig,
         *,
         resolve: ClaimResolver | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.recipe = recipe
+        #: spans of training steps, when the process traces (reef.observability.tracing)
+        self.tracing = tracing
         self.store = store
         self.content = content
         self.config = config
@@ -286,12 +290,26 @@ class Trainer:
                 batch = self.batcher.take(scenario, partial=False)
 
     async def _step(self, batch: Batch) -> None:
+        if self.tracing is None:
+            await self._train_batch(batch, None)
+            return
+        samples = [(s.sample_id, s.report_id) for s in batch.samples]
+        with self.tracing.training(batch.scenario, samples) as span:
+            await self._train_batch(batch, span)
+
+    async def _train_batch(self, batch: Batch, span: TrainingSpan | None) -> None:
         self.progress.batches += 1
         rebases = 0
         ids = [s.sample_id for s in batch.samples]
         try:
             while batch.samples:
                 decision = await self._attempt(batch)
+                if span is not None and decision is not None:
+                    span.decided(
+                        committed=decision.committed,
+                        release_id=decision.release_id,
+                        reason=decision.reason,
+                    )
                 if decision is None or decision.committed:
                     return
                 retry = self._retry(batch, decision, rebases)

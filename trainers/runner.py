@@ -23,6 +23,7 @@ from recipes.registry import recipe_from_settings
 from reef.artifacts import ClaimCheck, open_store
 from reef.artifacts.content import ContentStore
 from reef.core.errors import ConfigError
+from reef.observability.tracing import Tracing
 from reef.services import supervision
 from reef.services.eventstore import EventStore
 from reef.services.supervision import FIRST_BACKOFF_S
@@ -39,6 +40,7 @@ def build_trainer(
     config_file: Path | None = None,
     producer: str | None = None,
     partitions: tuple[int, ...] | None = None,
+    tracing: Tracing | None = None,
 ) -> Trainer:
     """A trainer for the deployment's recipe (not started)."""
     chosen = recipe or recipe_from_settings(settings, config_file)
@@ -55,7 +57,14 @@ def build_trainer(
         work_dir=settings.state_dir / "trainer" / settings.recipe.replace(":", "_"),
         partitions=partitions,
     )
-    return Trainer(chosen, store, content, config, resolve=lambda ref: claims.resolve(None, ref))
+    return Trainer(
+        chosen,
+        store,
+        content,
+        config,
+        resolve=lambda ref: claims.resolve(None, ref),
+        tracing=tracing,
+    )
 
 
 async def run_trainer(
@@ -82,14 +91,18 @@ async def in_process_trainer(
     *,
     recipe: Recipe[Any] | None = None,
     first_backoff_s: float = FIRST_BACKOFF_S,
+    tracing: Tracing | None = None,
 ) -> AsyncIterator[Trainer | None]:
     """The trainer as a supervised task of the app (None when the recipe never trains);
-    ``recipe``: the deployment's, when the caller loaded it already."""
+    ``recipe``: the deployment's, when the caller loaded it already; ``tracing``: the
+    serving process's, so training spans link to the reports it received."""
     recipe = recipe or recipe_from_settings(settings)
     if not recipe.trains or not settings.trainer_in_process:
         yield None
         return
-    trainer = build_trainer(settings, store, content, recipe=recipe, producer=producer)
+    trainer = build_trainer(
+        settings, store, content, recipe=recipe, producer=producer, tracing=tracing
+    )
     task = asyncio.create_task(supervise(trainer, first_backoff_s), name="trainer")
     try:
         yield trainer

@@ -33,6 +33,9 @@ SCENARIO: Final = "reef.scenario"
 REPORT: Final = "reef.report_id"
 REFERENCES: Final = "reef.report.references"
 SCORE: Final = "reef.report.score"
+SAMPLE: Final = "reef.sample_id"
+SAMPLES: Final = "reef.train.samples"
+REJECTED: Final = "reef.train.rejected"
 
 #: the operation each recorded route performs (well-known values where one fits)
 OPERATIONS: Final = {

@@ -18,6 +18,10 @@ Spans:
   newest :data:`INDEX_SIZE`); a receipt served by another process (another ``--workers``
   worker, replica, or before a restart) gets no link, and both spans still carry
   ``reef.receipt_id`` for a backend to join on.
+- a training step (the trainer running in this process, ``reef serve`` on the embedded
+  log): an INTERNAL span ``reef.train`` around one batch, from training to the chain's
+  decision, with the release it committed (or the reason it did not) and a link to the
+  report span of each sample's report, found the same way (report id → span context).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from reef.core.errors import ConfigError
@@ -122,14 +126,33 @@ class ExchangeSpan:
             self._span.end()
 
 
+class TrainingSpan:
+    """One training step's span: what the chain decided on its proposal."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def decided(self, *, committed: bool, release_id: str | None, reason: str | None) -> None:
+        """The chain's answer to a proposal (the last one counts after a rebase)."""
+        if committed and release_id:
+            self._span.set_attribute(genai.RELEASE, release_id)
+        elif reason:
+            self._span.set_attribute(genai.REJECTED, reason)
+
+
 class Tracing:
-    """The process's tracer: starts exchange and report spans, remembers exchanges."""
+    """The process's tracer: starts exchange, report and training spans, and remembers
+    exchanges and reports for the spans that link to them."""
 
     def __init__(self, tracer: Tracer, provider: str) -> None:
         self._tracer = tracer
         #: the upstream's dialect names the provider (gen_ai.provider.name)
         self.provider = provider
         self.index = SpanIndex()
+        #: report spans, by "<scenario>/<report id>" (report ids are unique per scenario)
+        self.reports = SpanIndex()
 
     def exchange(self, headers: Mapping[str, str], route: str) -> ExchangeSpan:
         """Start an exchange's span as a child of the request's ``traceparent``."""
@@ -173,8 +196,26 @@ class Tracing:
             kind=SpanKind.SERVER,
             attributes=attributes,
             links=links,
-        ):
+        ) as span:
+            self.reports.remember(f"{scenario}/{report_id}", span.get_span_context())
             yield
+
+    @contextlib.contextmanager
+    def training(self, scenario: str, samples: Sequence[tuple[str, str]]) -> Iterator[TrainingSpan]:
+        """A training step's span over ``samples`` ((sample id, report id) pairs), linked
+        to the spans of their reports."""
+        from opentelemetry.trace import Link, SpanKind
+
+        links = [
+            Link(context, {genai.SAMPLE: sample_id, genai.REPORT: report_id})
+            for sample_id, report_id in samples
+            if (context := self.reports.get(f"{scenario}/{report_id}")) is not None
+        ]
+        attributes: genai.Attributes = {genai.SCENARIO: scenario, genai.SAMPLES: len(samples)}
+        with self._tracer.start_as_current_span(
+            "reef.train", kind=SpanKind.INTERNAL, attributes=attributes, links=links
+        ) as span:
+            yield TrainingSpan(span)
 
 
 def _parent(headers: Mapping[str, str]) -> Any:

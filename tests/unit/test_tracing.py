@@ -140,7 +140,7 @@ async def test_tracing_off_opens_nothing() -> None:
 
 def test_serving_with_tracing_off_never_imports_the_sdk() -> None:
     check = (
-        "import sys, reef.cli, reef.wiring, reef.api.app, reef.api.inference, reef.api.reports\n"
+        "import sys, reef.cli, reef.wiring, reef.api.inference, reef.api.reports, trainers.runner\n"
         "print(','.join(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
         "'opentelemetry.exporter'))))"
     )
