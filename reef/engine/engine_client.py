@@ -9,13 +9,17 @@ status or a body that is not the expected JSON raises :class:`EngineUnavailableE
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import httpx
 
 from reef.engine.errors import EngineUnavailableError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 T = TypeVar("T")
 
@@ -142,6 +146,34 @@ def update_weights_from_disk(
     return Call("POST", "/update_weights_from_disk", body, _update)
 
 
+def update_weights_from_tensor(
+    serialized_named_tensors: list[str],
+    weight_version: str | None = None,
+    *,
+    load_format: str | None = None,
+) -> Call[UpdateResult]:
+    """``serialized_named_tensors``: one entry per TP rank (:mod:`reef.engine.tensor_wire`)."""
+    body = {
+        "serialized_named_tensors": serialized_named_tensors,
+        "load_format": load_format,
+        "flush_cache": True,
+        "abort_all_requests": False,
+        "weight_version": weight_version,
+    }
+    return Call("POST", "/update_weights_from_tensor", body, _update)
+
+
+def serialized(named_tensors: Sequence[tuple[str, Tensor]], tp_size: int = 1) -> list[str]:
+    """SGLang's client side: the same serialized entry for each of ``tp_size`` ranks.
+
+    The serializer needs torch, which the rest of this module does not: it is imported
+    here, by the callers that hold tensors.
+    """
+    from reef.engine.tensor_wire import serialize_named_tensors
+
+    return [serialize_named_tensors(named_tensors) for _ in range(tp_size)]
+
+
 def load_lora_adapter(
     name: str, path: str, *, pinned: bool = False, weight_version: str | None = None
 ) -> Call[LoRAResult]:
@@ -249,6 +281,19 @@ class EngineClient:
     ) -> UpdateResult:
         return self.call(update_weights_from_disk(path, weight_version))
 
+    def update_weights_from_tensor(
+        self,
+        named_tensors: Sequence[tuple[str, Tensor]],
+        weight_version: str | None = None,
+        *,
+        load_format: str | None = None,
+        tp_size: int = 1,
+    ) -> UpdateResult:
+        """Hand tensors on this machine to the engine (CUDA tensors by IPC handle)."""
+        entries = serialized(named_tensors, tp_size)
+        call = update_weights_from_tensor(entries, weight_version, load_format=load_format)
+        return self.call(call)
+
     def load_lora_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoRAResult:
         return self.call(load_lora_adapter(name, path, pinned=pinned))
 
@@ -293,6 +338,20 @@ class AsyncEngineClient:
         self, path: str, weight_version: str | None = None
     ) -> UpdateResult:
         return await self.call(update_weights_from_disk(path, weight_version))
+
+    async def update_weights_from_tensor(
+        self,
+        named_tensors: Sequence[tuple[str, Tensor]],
+        weight_version: str | None = None,
+        *,
+        load_format: str | None = None,
+        tp_size: int = 1,
+    ) -> UpdateResult:
+        """Hand tensors on this machine to the engine; ``named_tensors`` must stay alive
+        (and unchanged) until this returns."""
+        entries = await asyncio.to_thread(serialized, named_tensors, tp_size)
+        call = update_weights_from_tensor(entries, weight_version, load_format=load_format)
+        return await self.call(call)
 
     async def load_lora_adapter(
         self, name: str, path: str, *, pinned: bool = False, weight_version: str | None = None

@@ -46,6 +46,7 @@ from reef.modelkit.adapters import merge_adapter
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model
 from reef.modelkit.weights import (
     check_compatible,
+    check_dtypes,
     complete_tied,
     is_adapter_dir,
     read_safetensors_dir,
@@ -152,12 +153,21 @@ class EngineModel:
             return "Succeeded to update model weights."
 
     def update_from_tensors(
-        self, tensors: Mapping[str, torch.Tensor], *, weight_version: str | None
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        weight_version: str | None,
+        exact_dtypes: bool = False,
     ) -> str:
-        """Replace the named base tensors (all, or one bucket of them) in one swap."""
+        """Replace the named base tensors (all, or one bucket of them) in one swap;
+        ``exact_dtypes`` refuses a tensor whose dtype differs instead of casting it."""
         with self._updating:
             current = self.snapshot()
             version = weight_version or current.weight_version
+            if exact_dtypes:
+                state = current.base.state_dict()
+                check_compatible(state, tensors, partial=True)
+                check_dtypes(state, tensors)
             base = with_weights(current.base, tensors)
             self._publish(self._rebased(current, base, version))
             return f"Succeeded to update {len(tensors)} parameters."

@@ -46,6 +46,17 @@ class UpdateWeightsFromDistributedReqInput(_Request):
     load_format: str | None = None
 
 
+class UpdateWeightsFromTensorReqInput(_Request):
+    #: one entry per TP rank: base64 of ``MultiprocessingSerializer.serialize(named_tensors)``
+    serialized_named_tensors: list[str]
+    load_format: str | None = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    disable_draft_model: bool | None = None
+    torch_empty_cache: bool = False
+
+
 class DestroyWeightsUpdateGroupReqInput(_Request):
     group_name: str = "weight_update_group"
 

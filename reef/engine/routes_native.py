@@ -3,6 +3,13 @@
 Control routes answer SGLang's shapes: ``{success, message}`` (plus
 ``num_paused_requests`` for disk updates) or ``{success, error_message,
 loaded_adapters}`` for LoRA, with status 200 on success and 400 on failure.
+
+``/update_weights_from_tensor`` unpickles its payload (a restricted unpickler, see
+:mod:`reef.engine.tensor_wire`) and so answers loopback callers only (403 otherwise);
+the other control routes have no authentication of their own and rely on the engine
+being bound to loopback (``--host``, default 127.0.0.1). ``flush_cache`` and
+``abort_all_requests`` are accepted and change nothing: no cache outlives a request,
+and requests in flight finish on the weights they started with.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import orjson
 from fastapi import APIRouter, Request
@@ -28,11 +35,25 @@ from reef.engine.protocol import (
     UnloadLoRAAdapterReqInput,
     UpdateWeightFromDiskReqInput,
     UpdateWeightsFromDistributedReqInput,
+    UpdateWeightsFromTensorReqInput,
 )
 from reef.engine.runtime import EngineRuntime, GenerationRequest
 from reef.engine.shaping import native_meta_info, native_sampling, visible_text
 
 router = APIRouter()
+
+#: what ``/update_weights_from_tensor`` reads: SGLang's default (model ``load_weights``) and
+#: ``direct`` (named parameters copied as they are) mean the same here; SGLang's
+#: ``flattened_bucket`` (one flat tensor plus its own metadata class) is refused
+TENSOR_LOAD_FORMATS: Final = (None, "direct")
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def is_loopback(request: Request) -> bool:
+    """The caller connected from this machine's loopback interface."""
+    client = request.client
+    return client is not None and (client.host in _LOOPBACK or client.host.startswith("127."))
+
 
 FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -112,6 +133,34 @@ async def update_weights_from_disk(
     except EngineError as exc:
         return _outcome(False, f"Failed to update weights: {exc}", num_paused_requests=0)
     return _outcome(True, message, num_paused_requests=0)
+
+
+@router.post("/update_weights_from_tensor")
+async def update_weights_from_tensor(
+    body: UpdateWeightsFromTensorReqInput, request: Request
+) -> JSONResponse:
+    """Swap in named tensors handed over by a process on this machine (SGLang's colocated
+    update); loopback callers only, since the payload is unpickled.
+
+        curl --json '{"serialized_named_tensors": ["<base64>"], "weight_version": "v4"}' \\
+            localhost:30000/update_weights_from_tensor
+    """
+    if not is_loopback(request):
+        return JSONResponse(
+            {"success": False, "message": "update_weights_from_tensor: loopback callers only"},
+            status_code=403,
+        )
+    if body.load_format not in TENSOR_LOAD_FORMATS:
+        formats = ", ".join(str(f) for f in TENSOR_LOAD_FORMATS)
+        return _outcome(False, f"unsupported load_format {body.load_format!r} (use {formats})")
+    runtime = runtime_of(request)
+    try:
+        message = await runtime.update_from_tensor(
+            body.serialized_named_tensors, body.weight_version
+        )
+    except EngineError as exc:
+        return _outcome(False, f"Failed to update weights: {exc}")
+    return _outcome(True, message)
 
 
 @router.post("/init_weights_update_group")

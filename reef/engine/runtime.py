@@ -24,6 +24,7 @@ from reef.engine.generation import Completion, Decoder, Sampling, Step
 from reef.engine.group import WeightsUpdateGroup
 from reef.engine.loader import context_window, eos_ids
 from reef.engine.model import EngineModel, Snapshot
+from reef.engine.tensor_wire import deserialize_named_tensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,23 @@ class EngineRuntime:
             path,
             weight_version=weight_version,
             load_format=load_format,
+        )
+        return await asyncio.to_thread(call)
+
+    async def update_from_tensor(self, entries: list[str], weight_version: str | None) -> str:
+        """SGLang's colocated update: this rank's entry of ``serialized_named_tensors``,
+        unpickled (restricted, :mod:`reef.engine.tensor_wire`), checked, then swapped."""
+        if not entries:
+            raise WeightLoadError("serialized_named_tensors is empty (one entry per TP rank)")
+        named = await asyncio.to_thread(deserialize_named_tensors, entries[0])
+        tensors = dict(named)
+        if len(tensors) != len(named):
+            raise WeightLoadError("names must not repeat")
+        call = partial(
+            self.model.update_from_tensors,
+            tensors,
+            weight_version=weight_version,
+            exact_dtypes=True,
         )
         return await asyncio.to_thread(call)
 

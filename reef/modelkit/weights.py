@@ -79,6 +79,17 @@ def check_compatible(
         raise WeightLoadError(f"shape mismatch: {_listed(reshaped)}")
 
 
+def check_dtypes(current: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor]) -> None:
+    """Raise :class:`WeightLoadError` naming tensors of ``new`` whose dtype differs."""
+    changed = [
+        f"{name} {dtype_name(new[name].dtype)} != {dtype_name(current[name].dtype)}"
+        for name in sorted(new)
+        if name in current and new[name].dtype != current[name].dtype
+    ]
+    if changed:
+        raise WeightLoadError(f"dtype mismatch: {_listed(changed)}")
+
+
 def with_weights(module: M, new: Mapping[str, torch.Tensor]) -> M:
     """A copy of ``module`` whose state-dict entries named in ``new`` are replaced.
 
