@@ -13,12 +13,14 @@ gate ``always`` so that the rollout, not the gate, is what judges the candidates
    candidate, rolled out the same way and rolled back by the controller: the head stays,
    the candidate stays held and marked.
 
-In both phases no session changes arm between its two exchanges, and the share of
-sessions the candidate served stays within four standard errors of 0.2.
+In both phases no session changes arm between its two exchanges, the share of sessions
+the candidate served stays within four standard errors of 0.2, and ``reef audit trail``
+of a receipt of each arm names that arm.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -32,8 +34,9 @@ import httpx
 import pytest
 
 from recipes.tasks import exact
+from reef.testing.servers import run_reef
 from tests.support.api import unique_scenario
-from tests.support.learning import learning_deployment
+from tests.support.learning import kafka_flags, learning_deployment
 from tests.support.learning_loop import (
     MEASURE,
     TOKEN,
@@ -91,6 +94,7 @@ def test_a_better_candidate_is_promoted_and_a_worse_one_rolled_back_on_live_repo
     decided, arms = live_until_decided(loop, better, rng)
     assert decided["status"] == "promoted", decided
     assert_share(arms, better["candidate_release_id"])
+    assert_audit_names_the_arms(loop, arms, better)
     head = wait_head(loop, lambda h: h != first_head)
     assert loop.wait_engine_on_head() == head
 
@@ -140,14 +144,18 @@ def wait_head(loop: Loop, wanted: Callable[[str], bool]) -> str:
     return head
 
 
+Served = tuple[str, str]  # (release, receipt) of one exchange
+
+
 def live_until_decided(
     loop: Loop, rollout: dict[str, Any], rng: random.Random
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[dict[str, Any], dict[str, Served]]:
     """Live sessions, each two exchanges reported with their graded score, 24 at a time
     until the rollout ends: (the rollout as listed then, the release that served each
-    session of the batches that ran while it was live). Such a session never changes
-    arm; one of the last batch may (the decision moves every session at once)."""
-    arms: dict[str, str] = {}
+    session of the batches that ran while it was live, with a receipt). Such a session
+    never changes arm; one of the last batch may (the decision moves every session at
+    once)."""
+    arms: dict[str, Served] = {}
     with loop.client() as client, ThreadPoolExecutor(4) as pool:
         while len(arms) < MAX_SESSIONS:
             batch = [
@@ -158,16 +166,17 @@ def live_until_decided(
             (latest,) = [r for r in rollouts(loop) if r["rollout_id"] == rollout["rollout_id"]]
             if latest["status"] != "active":
                 return latest, arms
-            for (tag, _), releases in zip(batch, served, strict=True):
-                assert len(set(releases)) == 1, f"session {tag} changed arm: {releases}"
-                arms[tag] = releases[0]
+            for (tag, _), exchanges in zip(batch, served, strict=True):
+                releases = {release for release, _ in exchanges}
+                assert len(releases) == 1, f"session {tag} changed arm: {releases}"
+                arms[tag] = exchanges[0]
     raise AssertionError(f"undecided after {len(arms)} sessions: {latest}")
 
 
-def session(loop: Loop, client: httpx.Client, tag: str, words: list[str]) -> list[str]:
+def session(loop: Loop, client: httpx.Client, tag: str, words: list[str]) -> list[Served]:
     """Two exchanges of one session, each reported with its graded score: the release
-    that served each (the receipt's header)."""
-    served: list[str] = []
+    that served each (the receipt's header) and its receipt."""
+    served: list[Served] = []
     for word in words:
         body = {
             "model": "tiny",
@@ -179,20 +188,37 @@ def session(loop: Loop, client: httpx.Client, tag: str, words: list[str]) -> lis
             "/v1/chat/completions", json=body, headers={"x-reef-tag-session": tag}
         )
         assert response.status_code == 200, response.text
-        served.append(response.headers["x-reef-release-id"])
+        receipt = response.headers["x-reef-agent-record-id"]
+        served.append((response.headers["x-reef-release-id"], receipt))
         answer = response.json()["choices"][0]["message"]["content"] or ""
-        report = {
-            "score": exact(answer, word),
-            "references": [response.headers["x-reef-agent-record-id"]],
-        }
+        report = {"score": exact(answer, word), "references": [receipt]}
         reported = client.post("/reef/report", json=report)
         assert reported.status_code in (200, 201, 202), reported.text
     return served
 
 
-def assert_share(arms: dict[str, str], candidate: str) -> None:
+def assert_audit_names_the_arms(
+    loop: Loop, arms: dict[str, Served], rollout: dict[str, Any]
+) -> None:
+    """``reef audit trail`` of one receipt per arm names the rollout and the arm."""
+    deployment = loop.deployment
+    flags = (
+        ["--state-dir", str(deployment.reef.state_dir)]
+        if deployment.kafka_bootstrap is None
+        else kafka_flags(deployment.kafka_bootstrap, deployment.topic_prefix)
+    )
+    candidate = rollout["candidate_release_id"]
+    for arm, release in (("candidate", candidate), ("head", rollout["head_release_id"])):
+        receipt = next(r for served, r in arms.values() if served == release)
+        shown = run_reef("audit", "trail", receipt, *flags, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        trail = json.loads(shown.stdout)["rollout"]
+        assert (trail["rollout_id"], trail["arm"]) == (rollout["rollout_id"], arm), trail
+
+
+def assert_share(arms: dict[str, Served], candidate: str) -> None:
     sessions = len(arms)
-    taken = sum(1 for release in arms.values() if release == candidate) / sessions
+    taken = sum(1 for release, _ in arms.values() if release == candidate) / sessions
     error = math.sqrt(SHARE * (1 - SHARE) / sessions)
     print(f"candidate {candidate[:8]} served {taken:.3f} of {sessions} sessions", flush=True)
     assert abs(taken - SHARE) <= 4 * error, (taken, sessions)
