@@ -37,6 +37,8 @@ async def test_a_training_step_span_names_its_release_and_links_the_reports(
     trainer = Trainer(recipe, harness.store, harness.content, config, tracing=tracing)
     async with running(trainer):
         await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+        # the step's span ends after the decision is counted: wait for it, then stop
+        await until(lambda: len(exporter.get_finished_spans()) == 2)
     (release,) = await harness.committed()
     report_span, train = exporter.get_finished_spans()
     provider.shutdown()
