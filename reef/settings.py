@@ -205,6 +205,12 @@ class Settings(BaseModel):
     engine_scenario: str | None = Field(
         None, description="Scenario whose releases the local engine hot-loads (sidecar)."
     )
+    engine_load_method: Literal["disk", "tensor"] = Field(
+        "disk",
+        description="How a sidecar loads a full-weights release into an engine on its "
+        "machine: disk (/update_weights_from_disk) or tensor (/update_weights_from_tensor, "
+        "disk when that fails).",
+    )
 
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key (never recorded).")

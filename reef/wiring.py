@@ -184,6 +184,7 @@ async def _sidecar(
         scenario=settings.engine_scenario,
         cache_dir=settings.state_dir / "engine-cache",
         producer=producer,
+        load_method=settings.engine_load_method,
     )
     engine = AsyncEngineClient(engine_url)
     task = asyncio.create_task(Sidecar(config, store, content, engine).run(), name="sidecar")

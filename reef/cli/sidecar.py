@@ -48,6 +48,7 @@ def sidecar(
         scenario=scenario,
         cache_dir=cache_dir or settings.state_dir / "engine-cache",
         producer=f"sidecar-{socket.gethostname()}-{os.getpid()}",
+        load_method=settings.engine_load_method,
     )
 
     async def run() -> None:

@@ -26,9 +26,12 @@ Loading: the release's manifest is materialised from the artifact store into a c
 ``/update_weights_from_disk`` naming the release id as the weight version: a full
 weights folder replaces the weights, a PEFT adapter folder becomes the engine's default
 adapter on its base (``method`` lora), and the base release (empty content) reloads the
-engine's own base model. Of a composite release (:mod:`reef.artifacts.parts`) only the
-weights part is loaded (none: the base model). Only an
-engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
+engine's own base model. With ``load_method`` tensor (setting ``engine_load_method``), a
+full-weights folder is first sent by ``/update_weights_from_tensor`` (``method`` tensor;
+an engine on the same machine); if that fails for any reason it is loaded from disk as
+above (``method`` disk), and the failure is logged. Of a composite release
+(:mod:`reef.artifacts.parts`) only the weights part is loaded (none: the base model).
+Only an engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
 unreachable engine or store produces EngineLoadFailed and a retry with exponential
 backoff (the engine keeps serving what it had). The committed consumer position of
 group ``sidecar:<engine id>`` records the last release the engine acknowledged.
@@ -42,6 +45,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from reef.artifacts import materialise_cached
 from reef.artifacts.content import ContentStore
@@ -68,6 +72,8 @@ class SidecarConfig:
     scenario: str
     cache_dir: Path
     producer: str
+    #: how a full-weights release reaches the engine (tensor: disk when that fails)
+    load_method: Literal["disk", "tensor"] = "disk"
     check_seconds: float = 2.0
     first_backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
@@ -231,13 +237,17 @@ class Sidecar:
         started = time.perf_counter()
         folder = weights_folder(await asyncio.to_thread(self._materialise, wanted.content_id))
         adapter = folder is not None and (folder / ADAPTER_MARKER).exists()
-        method = "lora" if adapter else "disk"
         path = str(folder) if folder is not None else self._base_path
         if path is None:
             raise LoadRefusedError("no base model path to load")
-        update = await self.engine.update_weights_from_disk(path, wanted.release_id)
-        if not update.success:
-            raise LoadRefusedError(update.message)
+        full = folder is not None and not adapter
+        if full and await self._loaded_by_tensor(Path(path), wanted.release_id):
+            method = "tensor"
+        else:
+            update = await self.engine.update_weights_from_disk(path, wanted.release_id)
+            if not update.success:
+                raise LoadRefusedError(update.message)
+            method = "lora" if adapter else "disk"
         version = (await self.engine.model_info()).weight_version or wanted.release_id
         load_ms = (time.perf_counter() - started) * 1000
         await self.store.append(
@@ -263,6 +273,25 @@ class Sidecar:
             method,
             load_ms,
         )
+
+    async def _loaded_by_tensor(self, folder: Path, release_id: str) -> bool:
+        """Whether the engine took ``folder`` by tensor; False when not configured, or when
+        it failed (logged), so the caller loads from disk."""
+        if self.config.load_method != "tensor":
+            return False
+        # torch only in a sidecar configured for tensor loads
+        from reef.sidecar.tensor_load import update_from_folder
+
+        try:
+            result = await update_from_folder(self.engine, folder, release_id)
+        except (ReefError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if result.success:
+                return True
+            reason = result.message
+        logger.warning("tensor load of %s failed (%s); loading from disk", release_id, reason)
+        return False
 
     def _materialise(self, content_id: str) -> Path | None:
         """The release's files (verified), or None for the base weights (empty content)."""
