@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -48,6 +49,8 @@ from reef.core.errors import LogError, LogUnavailableError, UnknownTopicError
 from reef.core.topics import COMPACTED_TOPICS
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 from reef.log.embedded_batch import write_batch
+
+logger = logging.getLogger("reef.log")
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -417,7 +420,8 @@ class EmbeddedLog:
         """Return once one of the marker's topics got an append since the marker was
         taken (this process's at once, another process's within a poll interval of the
         heads watcher), or after ``seconds``."""
-        if self._heads_watcher is None:
+        if self._heads_watcher is None or self._heads_watcher.done():
+            # started by the first wait; a watcher that ever ended is started again
             self._heads_watcher = asyncio.create_task(
                 self._watch_heads(), name="reef-log-heads-watcher"
             )
@@ -448,10 +452,17 @@ class EmbeddedLog:
         was written. One query of the partition heads per interval finds every topic that
         moved (a head only grows), and only that topic's followers read. The first poll
         signals every topic, so an append made just before the watcher began is not missed.
+        A query that fails (the file locked past its timeout, an I/O error) is logged and
+        retried at the next interval: followers meanwhile fall back to their own wait.
         """
         seen: dict[str, int] = {}
         while True:
-            heads = await asyncio.to_thread(self._read_heads)
+            try:
+                heads = await asyncio.to_thread(self._read_heads)
+            except sqlite3.Error as exc:
+                logger.warning("reading the log's partition heads failed (retried): %s", exc)
+                await asyncio.sleep(_POLL_SECONDS)
+                continue
             moved = [topic for topic, total in heads.items() if seen.get(topic) != total]
             seen = heads
             if moved:

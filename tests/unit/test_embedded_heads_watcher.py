@@ -8,6 +8,8 @@ them within a poll interval, and a follower of a topic nobody writes does not re
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -85,3 +87,37 @@ async def test_a_follower_of_a_quiet_topic_does_not_read_while_others_are_writte
     follower.cancel()
     # before the watcher: a read of every partition each 50 ms (about 20 here)
     assert len(reads) - before <= 2, reads
+
+
+async def test_the_watcher_outlives_failed_queries_and_an_ended_one_is_started_again(
+    logs: tuple[EmbeddedLog, EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = logs
+    real = reader._read_heads
+    failures = iter(range(3))
+
+    def flaky() -> dict[str, int]:
+        if next(failures, None) is not None:
+            raise sqlite3.OperationalError("database is locked")
+        return real()
+
+    monkeypatch.setattr(reader, "_read_heads", flaky)
+
+    async def appended_seen() -> float:
+        marker = reader.append_marker([BUSY])
+        sent = time.monotonic()
+        await writer.append(BUSY, b"k", b"v")
+        await reader.wait_for_append(marker, 2.0)
+        return time.monotonic() - sent
+
+    first = await appended_seen()  # three failed queries (50 ms apart), then found
+    watcher = reader._heads_watcher
+    assert watcher is not None and not watcher.done()
+    watcher.cancel()  # however it ended, the next wait starts another
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
+    second = await appended_seen()
+    restarted = reader._heads_watcher
+    assert restarted is not None and restarted is not watcher and not restarted.done()
+    # the fallback wait is 2 s here: both were found by a watcher (slack for load)
+    assert first < 1.0 and second < 1.0, (first, second)
