@@ -50,6 +50,7 @@ from tests.support.reef_server import (  # noqa: F401  (fixtures, found by pytes
     launch,
     upstream_fixture,
 )
+from tests.support.rollouts_deployment import rollouts_deployment
 
 # ---------------------------------------------------------------------------
 # Fixtures
@@ -76,6 +77,22 @@ def operations_deployment(
 def operations_history(operations_deployment: Deployment) -> History:
     """The operations workload, run once on :func:`operations_deployment`."""
     return run_workload(operations_deployment, "ops")
+
+
+@pytest.fixture(
+    scope="package", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
+)
+def rollouts_dep(
+    request: pytest.FixtureRequest,
+    upstream: UpstreamProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    """One rollouts deployment per log, shared by the rollout modules (canary and shadow:
+    each test makes its own scenarios; tests/support/rollouts_deployment.py)."""
+    bootstrap = request.getfixturevalue("kafka_bootstrap") if request.param == "kafka" else None
+    work = tmp_path_factory.mktemp(f"rollouts-{request.param}")
+    with rollouts_deployment(request.param, upstream, work, bootstrap) as deployment:
+        yield deployment
 
 
 @pytest.fixture(scope="module", params=LOG_KINDS)

@@ -16,17 +16,17 @@ upstream, pending harness releases proposed as a trainer would.
   API's deadline watcher, reef/api/rollout_deadlines.py);
 * ``reef replay --compare-live`` finds the controller's live state equal to the replay.
 
-The server (and worker) are started once per module and log.
+The server (and worker) are started once per log for this module and the other rollout
+module (``rollouts_dep``, tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,25 +34,16 @@ from typing import Any
 import httpx
 import pytest
 
-from reef.artifacts import LocalArtifactStore
-from reef.artifacts.content import ContentStore
 from reef.core.events import RolloutDecided
 from reef.core.routing import draw, routing_key, takes
-from reef.log.embedded import EmbeddedLog
-from reef.log.kafka import delete_prefixed_topics
-from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
+from reef.testing.servers import UpstreamProcess, run_reef, start_reef
 from tests.support.api import assert_reef_error, chat_body
 from tests.support.deployment import Deployment
-from tests.support.streams import start_streams
 
 ENV = {"REEF_ROLLOUTS": "true"}
 #: small enough for a test: a clear difference decides within ~100 exchanges
 POLICY = {"share": 0.2, "min_exchanges": 8, "max_duration_s": 3600.0}
 MAX_EXCHANGES = 600
-
-
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def _env(admin: str, reader: str) -> dict[str, str]:
@@ -64,59 +55,10 @@ def _env(admin: str, reader: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
-def dep(
-    request: pytest.FixtureRequest,
-    upstream: UpstreamProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Deployment]:
-    work = tmp_path_factory.mktemp(f"rollouts-{request.param}")
-    state = work / "state"
-    admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
-    env = _env(admin, reader)
-    content = ContentStore(LocalArtifactStore.in_state_dir(state))
-    if request.param == "embedded":
-        alone = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
-        try:
-            yield Deployment(
-                "embedded",
-                alone,
-                admin,
-                reader,
-                content,
-                lambda: EmbeddedLog(state / "log.sqlite3"),
-                log_flags=["--state-dir", str(state)],
-            )
-        finally:
-            alone.stop()
-        return
-    bootstrap = request.getfixturevalue("kafka_bootstrap")
-    prefix = f"t-rollouts-{uuid.uuid4().hex[:10]}-"
-    kafka = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
-    created = run_reef("topics", "create", *kafka)
-    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(bootstrap, prefix, work / "streams", ENV)
-    process: ReefProcess | None = None
-    try:
-        process = start_reef([*kafka, "--upstream-url", upstream.v1_url], env=env, state_dir=state)
-        worker.wait_ready()
-        from reef.log.kafka import KafkaLog
-
-        yield Deployment(
-            "kafka",
-            process,
-            admin,
-            reader,
-            content,
-            lambda: KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-e2e-rollouts"),
-            log_flags=kafka,
-            decide_timeout=60.0,
-        )
-    finally:
-        if process is not None:
-            process.stop()
-        worker.managed.stop(timeout=20)
-        _run(delete_prefixed_topics(bootstrap, prefix))
+@pytest.fixture
+def dep(rollouts_dep: Deployment) -> Deployment:
+    """The package's rollouts deployment of this test's log (tests/e2e/conftest.py)."""
+    return rollouts_dep
 
 
 # ---------------------------------------------------------------------------

@@ -12,33 +12,26 @@ harness releases proposed as a trainer would.
   (``reef.core.shadow.trains``; the trainer's side is tests/unit/test_trainer_shadow.py);
 * erasing a served exchange erases its copy too.
 
-The server (and worker) are started once per module and log.
+The server (and worker) are started once per log for this module and the other rollout
+module (``rollouts_dep``, tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import secrets
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from reef.artifacts import LocalArtifactStore
-from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import InferenceRecorded, SampleJoined
 from reef.core.shadow import shadow_receipt, trains
-from reef.log.embedded import EmbeddedLog
-from reef.log.kafka import delete_prefixed_topics
-from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
+from reef.testing.servers import UpstreamProcess
 from tests.support.api import chat_body
 from tests.support.deployment import Deployment
-from tests.support.streams import start_streams
 
 ENV = {"REEF_ROLLOUTS": "true"}
 HEAD_PROMPT = "You are the head."
@@ -47,68 +40,10 @@ WATCHING = {"mode": "shadow", "share": 1.0, "min_exchanges": 100_000, "max_durat
 COPY_TIMEOUT = 30.0
 
 
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
-def dep(
-    request: pytest.FixtureRequest,
-    upstream: UpstreamProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Deployment]:
-    work = tmp_path_factory.mktemp(f"shadow-{request.param}")
-    state = work / "state"
-    admin, reader = f"adm-{secrets.token_hex(8)}", f"rd-{secrets.token_hex(8)}"
-    env = {
-        **ENV,
-        "REEF_TOKEN": admin,
-        "REEF_TOKENS": f"{reader}:read",
-        "REEF_UPSTREAM_API_KEY": f"sk-up-{secrets.token_hex(4)}",
-    }
-    content = ContentStore(LocalArtifactStore.in_state_dir(state))
-    if request.param == "embedded":
-        alone = start_reef(["--upstream-url", upstream.v1_url], env=env, state_dir=state)
-        try:
-            yield Deployment(
-                "embedded",
-                alone,
-                admin,
-                reader,
-                content,
-                lambda: EmbeddedLog(state / "log.sqlite3"),
-                log_flags=["--state-dir", str(state)],
-            )
-        finally:
-            alone.stop()
-        return
-    bootstrap = request.getfixturevalue("kafka_bootstrap")
-    prefix = f"t-shadow-{uuid.uuid4().hex[:10]}-"
-    kafka = ["--log", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic-prefix", prefix]
-    created = run_reef("topics", "create", *kafka)
-    assert created.returncode == 0, f"reef topics create:\n{created.stdout}\n{created.stderr}"
-    worker = start_streams(bootstrap, prefix, work / "streams", ENV)
-    process: ReefProcess | None = None
-    try:
-        process = start_reef([*kafka, "--upstream-url", upstream.v1_url], env=env, state_dir=state)
-        worker.wait_ready()
-        from reef.log.kafka import KafkaLog
-
-        yield Deployment(
-            "kafka",
-            process,
-            admin,
-            reader,
-            content,
-            lambda: KafkaLog(bootstrap, topic_prefix=prefix, client_id="reef-e2e-shadow"),
-            log_flags=kafka,
-            decide_timeout=60.0,
-        )
-    finally:
-        if process is not None:
-            process.stop()
-        worker.managed.stop(timeout=20)
-        _run(delete_prefixed_topics(bootstrap, prefix))
+@pytest.fixture
+def dep(rollouts_dep: Deployment) -> Deployment:
+    """The package's rollouts deployment of this test's log (tests/e2e/conftest.py)."""
+    return rollouts_dep
 
 
 # ---------------------------------------------------------------------------
