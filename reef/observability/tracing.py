@@ -41,26 +41,27 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, SpanContext, Tracer
 
-#: exchanges whose span contexts a report can link to, newest kept
+#: spans (exchanges, reports) that a later span can link to, newest kept, per index
 INDEX_SIZE: Final = 65_536
 #: how long the batch processor lets finished spans gather before it exports them
 EXPORT_DELAY_MS: Final = 500
 
 
 class SpanIndex:
-    """The span contexts of the newest exchanges, by receipt (reports link to them)."""
+    """The span contexts of the newest spans by key (exchanges by receipt, reports by
+    scenario and report id), for the spans that link to them."""
 
     def __init__(self, size: int = INDEX_SIZE) -> None:
         self._size = size
         self._contexts: OrderedDict[str, SpanContext] = OrderedDict()
 
-    def remember(self, receipt: str, context: SpanContext) -> None:
-        self._contexts[receipt] = context
+    def remember(self, key: str, context: SpanContext) -> None:
+        self._contexts[key] = context
         if len(self._contexts) > self._size:
             self._contexts.popitem(last=False)
 
-    def get(self, receipt: str) -> SpanContext | None:
-        return self._contexts.get(receipt)
+    def get(self, key: str) -> SpanContext | None:
+        return self._contexts.get(key)
 
 
 class ExchangeSpan:
@@ -94,6 +95,8 @@ class ExchangeSpan:
 
     def recorded(self, record: InferenceRecorded, answer: Mapping[str, Any] | None) -> None:
         """End with the record's usage and outcome (an incomplete record is an error)."""
+        if self._ended:
+            return
         attributes = genai.response_attributes(record, answer)
         self._span.set_attributes(attributes)
         if genai.ERROR_TYPE in attributes:
@@ -103,11 +106,16 @@ class ExchangeSpan:
 
     def failed(self, exc: BaseException) -> None:
         """End with the error that stopped the exchange before it was recorded."""
+        if self._ended:
+            return
         self._span.set_attribute(genai.ERROR_TYPE, type(exc).__qualname__)
         self._end_error(str(exc) or type(exc).__qualname__)
 
     def answered(self, status: int) -> None:
-        """End an exchange answered without a record (a relayed provider error)."""
+        """End an exchange answered without a record (a relayed provider error); once
+        recorded, nothing is left to do."""
+        if self._ended:
+            return
         if status >= 400:
             self._span.set_attribute(genai.ERROR_TYPE, str(status))
             self._end_error(f"upstream answered {status}")
