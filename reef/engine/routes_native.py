@@ -15,6 +15,7 @@ and requests in flight finish on the weights they started with.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,13 +47,19 @@ router = APIRouter()
 #: ``direct`` (named parameters copied as they are) mean the same here; SGLang's
 #: ``flattened_bucket`` (one flat tensor plus its own metadata class) is refused
 TENSOR_LOAD_FORMATS: Final = (None, "direct")
-_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 def is_loopback(request: Request) -> bool:
     """The caller connected from this machine's loopback interface."""
-    client = request.client
-    return client is not None and (client.host in _LOOPBACK or client.host.startswith("127."))
+    if request.client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(request.client.host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 FLUSH_CACHE_TEXT = (

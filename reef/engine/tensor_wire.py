@@ -111,7 +111,7 @@ def deserialize_named_tensors(entry: str) -> NamedTensors:
         loaded = _Unpickler(io.BytesIO(base64.b64decode(entry, validate=True))).load()
     except (binascii.Error, pickle.UnpicklingError, EOFError) as exc:
         raise WeightLoadError(f"cannot read serialized_named_tensors: {exc}") from exc
-    except (OSError, RuntimeError, TypeError, ValueError) as exc:  # a handle that cannot open
+    except Exception as exc:  # untrusted bytes or a handle that cannot be opened here
         raise WeightLoadError(f"cannot rebuild a tensor: {type(exc).__name__}: {exc}") from exc
     return _named(loaded)
 

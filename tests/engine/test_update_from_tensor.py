@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import pickle
 from collections.abc import Iterator
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +164,25 @@ def test_refused_load_formats_and_unreadable_payloads_change_nothing(
     assert direct.success, direct.message
 
 
-def test_callers_off_loopback_are_refused_before_the_payload_is_read(tmp_path: Path) -> None:
+def test_torch_shared_memory_form_from_an_unrelated_process_is_refused_not_crashed(
+    engine: EngineProcess, client: EngineClient, http: httpx.Client, weights_b: Named
+) -> None:
+    """Why Reef's client sends CPU tensors as bytes: the engine cannot collect a
+    shared-memory handle from a process it does not share a multiprocessing key with."""
+    before = answer(http, engine)
+    buffer = io.BytesIO()
+    ForkingPickler(buffer).dump(weights_b[:1])
+    entry = base64.b64encode(buffer.getvalue()).decode()
+    response = post(http, engine, serialized_named_tensors=[entry])
+    assert response.status_code == 400
+    assert "cannot rebuild a tensor: AuthenticationError" in response.json()["message"]
+    assert answer(http, engine) == before
+
+
+@pytest.mark.parametrize("host", ["10.1.2.3", "192.168.0.7", "::ffff:10.0.0.1", "2001:db8::1"])
+def test_callers_off_loopback_are_refused_before_the_payload_is_read(
+    tmp_path: Path, host: str
+) -> None:
     marker = tmp_path / "ran"
     entry = base64.b64encode(pickle.dumps([("x", _RunsCode(marker))])).decode()
 
@@ -172,7 +192,7 @@ def test_callers_off_loopback_are_refused_before_the_payload_is_read(tmp_path: P
             body = {"serialized_named_tensors": [entry]}
             return await c.post("/update_weights_from_tensor", json=body)
 
-    response = asyncio.run(call("10.1.2.3"))
+    response = asyncio.run(call(host))
     assert response.status_code == 403
     assert response.json() == {
         "success": False,
