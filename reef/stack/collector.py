@@ -191,14 +191,18 @@ def up(settings: StackSettings, *, echo: Echo = no_echo, timeout: float = 60.0) 
     with process.file_lock(settings.lock_file.with_name("otelcol.lock")):
         ensure_built(settings, echo)
         service = service_for(settings)
-        if not service.is_running():
+        spawned = not service.is_running()
+        if spawned:
             process.require_free_ports(service, HOST, (PORT,))
             run_root(settings).mkdir(parents=True, exist_ok=True)
             (run_root(settings) / "config.yaml").write_text(config_text(settings))
             pid = process.spawn(service)
             echo(f"Started the OpenTelemetry Collector (pid {pid}); OTLP/HTTP on {LOCAL_ENDPOINT}")
         waited = wait_ready(LOCAL_ENDPOINT, timeout=timeout, services=(service,), echo=echo)
-    echo(f"OTLP receiver ready at {LOCAL_ENDPOINT} (waited {process.format_elapsed(waited)})")
+    if spawned:
+        echo(f"OTLP receiver ready at {LOCAL_ENDPOINT} (waited {process.format_elapsed(waited)})")
+    else:
+        echo(f"OTLP receiver already running at {LOCAL_ENDPOINT}")
     return LOCAL_ENDPOINT
 
 
