@@ -22,6 +22,12 @@ What travels for a tensor depends on where it lives:
   form that real SGLang (GPU-only) would not read, and that needs no shared process.
   The engine also reads torch's shared-memory form when its sender can hand it over.
 
+Not read: SGLang's ``flattened_bucket`` load format (one flat tensor plus SGLang's own
+``FlattenedTensorMetadata`` class; the route refuses it before unpickling), and CUDA
+payloads from a sender that applied SGLang's ``monkey_patch_torch_reductions`` (its
+rebuild function lives in SGLang's package, which this unpickler does not resolve):
+senders use torch's stock reduction, as :func:`serialize_named_tensors` does.
+
 Unpickling runs code, so :func:`deserialize_named_tensors` uses an unpickler that
 resolves only the globals these two forms need (torch's rebuild functions, tensor and
 storage classes, dtypes, and :func:`rebuild_cpu_tensor`) and refuses anything else; the
