@@ -142,7 +142,8 @@ def test_kafka_connect_file_sink_with_an_avro_converter_decodes_every_topic(
     plugins = ensure_plugins(reef_stack_settings)
     out = tmp_path / "sink.txt"
     worker = worker_properties(kafka_bootstrap, schema_registry_url, plugins, tmp_path)
-    connector = file_sink_properties([prefix + topic for topic in ALL_TOPICS], out)
+    topics = [prefix + topic for topic in ALL_TOPICS]
+    connector = file_sink_properties(f"{prefix}file-sink", topics, out)
     with standalone_worker(reef_stack_settings, worker, connector, tmp_path / "connect") as log:
         lines = wait_lines(out, len(events), log)
     assert len(lines) == len(events)

@@ -111,10 +111,11 @@ def worker_properties(bootstrap: str, registry_url: str, plugins: Path, work: Pa
     )
 
 
-def file_sink_properties(topics: Sequence[str], out: Path) -> str:
+def file_sink_properties(name: str, topics: Sequence[str], out: Path) -> str:
+    """A file sink; ``name`` is also its consumer group's (``connect-<name>``)."""
     return "\n".join(
         [
-            "name=reef-file-sink",
+            f"name={name}",
             "connector.class=org.apache.kafka.connect.file.FileStreamSinkConnector",
             "tasks.max=1",
             f"topics={','.join(topics)}",
@@ -149,9 +150,9 @@ def standalone_worker(
     try:
         yield log
     finally:
-        process.terminate()
+        process.terminate()  # the sink's output is read already: a short grace is enough
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
