@@ -4,8 +4,9 @@ The worker is the stack's own Kafka install (connect-runtime ships in its jars).
 plugins are fetched once from Maven Central with ``mvn dependency:copy-dependencies``
 into the stack home: Kafka's ``connect-file`` (``FileStreamSinkConnector``) and
 Apicurio's ``AvroConverter``. Confluent's converter is not on Maven Central, and
-Apicurio's 3.0.9 converter jar is, but not its parent POM, so Maven cannot resolve it;
-2.6.13.Final resolves, and reads the Confluent wire format (magic 0 + 4-byte id) when told
+Apicurio's 3.0.9 converter jar is, but its parent POM answered HTTP 404 here (a partial
+mirror, by the look of other versions), so Maven cannot resolve it; 2.6.13.Final
+resolves, and reads the Confluent wire format (magic 0 + 4-byte id) when told
 ``as-confluent`` with ``use-id: contentId`` (Apicurio's Confluent API hands out content
 ids), fetching schemas through the registry's v2 API (Apicurio 3 serves it).
 """
