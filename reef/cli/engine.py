@@ -1,11 +1,13 @@
 """``reef engine``: serve a model with SGLang's HTTP API (no SGLang, no GPU needed).
 
 Importing this module is cheap and torch-free (``reef --help`` imports it); the model,
-torch and the app are imported when the command runs.
+torch and the app are imported when the command runs. ``--backend sglang`` runs SGLang
+itself instead, where it is installed (:mod:`reef.engine.sglang_launch`).
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -16,6 +18,28 @@ from reef.engine.config import EngineConfig
 
 
 @click.command("engine")
+@click.option(
+    "--backend",
+    type=click.Choice(["reef", "sglang"]),
+    default="reef",
+    show_default=True,
+    help="reef: Reef's own engine; sglang: run python -m sglang.launch_server (needs "
+    "SGLang installed and a GPU) and wait until it serves.",
+)
+@click.option(
+    "--sglang-args",
+    default="",
+    help="--backend sglang: further launch_server flags, one string "
+    '(e.g. "--tp-size 2 --enable-lora"); the other options below --port are Reef\'s only.',
+)
+@click.option(
+    "--ready-timeout",
+    "ready_timeout_s",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="--backend sglang: seconds to wait for /health and /get_model_info.",
+)
 @click.option(
     "--model",
     "model",
@@ -58,6 +82,9 @@ from reef.engine.config import EngineConfig
 )
 def engine(
     *,
+    backend: str,
+    sglang_args: str,
+    ready_timeout_s: float,
     model: str,
     host: str,
     port: int,
@@ -74,6 +101,9 @@ def engine(
     reef engine --model tiny --port 30000
     curl localhost:30000/get_model_info
     """
+    if backend == "sglang":
+        run_sglang_backend(model, host, port, shlex.split(sglang_args), ready_timeout_s)
+        return
     run(
         EngineConfig(
             model=model,
@@ -118,6 +148,37 @@ def run(config: EngineConfig) -> None:
         timeout_graceful_shutdown=5,
         timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
+
+
+def run_sglang_backend(
+    model: str, host: str, port: int, extra_args: list[str], ready_timeout_s: float
+) -> None:
+    """Run SGLang as a child until it ends; exit 2 with one line when it is not installed
+    or the flags conflict, else with the child's status."""
+    from reef.engine.errors import EngineError
+    from reef.engine.sglang_launch import SglangLaunch, run_sglang, sglang_argv
+    from reef.engine.sglang_launch import sglang_missing_message as missing
+
+    def say(line: str) -> None:
+        click.echo(f"reef engine: {line}", err=True)
+
+    launch = SglangLaunch(
+        model=model,
+        host=host,
+        port=port,
+        extra_args=tuple(extra_args),
+        ready_timeout_s=ready_timeout_s,
+    )
+    try:
+        sglang_argv(launch)
+    except EngineError as exc:
+        say(str(exc))
+        sys.exit(2)
+    problem = missing()
+    if problem is not None:
+        say(problem)
+        sys.exit(2)
+    sys.exit(run_sglang(launch, say=say, announce=click.echo))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import sys
 _CHECK = """
 import sys
 import reef.cli, reef.engine, reef.cli.engine, reef.engine.engine_client, reef.engine.protocol
-import reef.engine.config, reef.engine.errors
+import reef.engine.config, reef.engine.errors, reef.engine.sglang_launch
 heavy = sorted(m for m in ("torch", "transformers", "peft", "safetensors") if m in sys.modules)
 print(",".join(heavy))
 """
