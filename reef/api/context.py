@@ -70,6 +70,8 @@ class AppContext:
     shadows: ShadowCopies = field(default_factory=ShadowCopies)
     #: exchange and report spans (None: tracing is off, and no tracing code runs)
     tracing: Tracing | None = None
+    #: content id → whether its weights are a LoRA adapter (reef.api.adapters)
+    adapter_contents: dict[str, bool] = field(default_factory=dict)
 
     def authenticate(self, request: Request, *scopes: Scope) -> Principal:
         """The caller, who must hold one of ``scopes``; raises 401/403 otherwise."""

@@ -21,7 +21,7 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from reef.api import registry
+from reef.api import adapters, registry
 from reef.api.context import AppContext, context_of
 from reef.api.dialects import (
     Dialect,
@@ -42,7 +42,7 @@ from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeErr
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
 from reef.observability.tracing import ExchangeSpan
-from reef.services.projection import ApiState
+from reef.services.projection import ApiState, ScenarioView
 from reef.settings import Settings
 
 router = APIRouter()
@@ -286,6 +286,17 @@ def _shadow_request(
     )
 
 
+async def _adapter_of(
+    ctx: AppContext, route: str, view: ScenarioView, release_id: str
+) -> str | None:
+    """The adapter to name in SGLang's ``lora_path`` for an exchange routed to
+    ``release_id`` (:mod:`reef.api.adapters`); the recorded request stays the client's."""
+    found = next((r for r in view.releases if r.release_id == release_id), None)
+    if found is None:
+        return None
+    return await adapters.adapter_of(ctx, route, release_id, found.content_id)
+
+
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
     ctx = context_of(request)
     if ctx.tracing is None:
@@ -342,8 +353,14 @@ async def _serve(
     )
     if pinned is None:
         exchange.shadow = _shadow_request(request, exchange, body, chosen.shadow_release_id)
-    upstream_request = ctx.upstream.build("POST", route.removeprefix("/v1"), raw, request.headers)
-    if exchange.release_id != view.head:  # a canary (or pinned) release: an engine slot
+    adapter = await _adapter_of(ctx, route, view, exchange.release_id)
+    forwarded = raw if adapter is None else json.dumps({**body, "lora_path": adapter}).encode()
+    upstream_request = ctx.upstream.build(
+        "POST", route.removeprefix("/v1"), forwarded, request.headers
+    )
+    if exchange.release_id != view.head or adapter is not None:
+        # Reef's engine: the routed release's slot or adapter when loaded, else the
+        # default weights (a release the sidecar has not loaded yet: reef.engine.model)
         upstream_request.headers[routing.SERVE_RELEASE_HEADER] = exchange.release_id
     if span is not None:
         exchange.span = span

@@ -28,6 +28,8 @@ PARTS_FILE: Final = "reef-parts.json"
 WEIGHTS: Final = "weights"
 HARNESS: Final = "harness"
 PART_NAMES: Final = (HARNESS, WEIGHTS)
+#: the file that makes a weights folder a PEFT adapter
+ADAPTER_CONFIG: Final = "adapter_config.json"
 
 V = TypeVar("V")
 
@@ -49,6 +51,12 @@ def weights_folder(folder: Path | None) -> Path | None:
     """What an engine loads from a release folder: a composite's weights part (None: the
     base model), else the folder itself."""
     return part_folder(folder, WEIGHTS) if is_composite(folder) else folder
+
+
+def is_adapter_manifest(files: Mapping[str, object]) -> bool:
+    """Whether a release's weights (a composite's weights part) are a PEFT adapter."""
+    prefix = WEIGHTS + "/" if PARTS_FILE in files else ""
+    return prefix + ADAPTER_CONFIG in files
 
 
 def harness_part(files: Mapping[str, V]) -> dict[str, V]:

@@ -120,6 +120,19 @@ def _model_info(response: httpx.Response) -> ModelInfo:
         raise EngineUnavailableError(f"model info lacks {exc}: {body!r}") from exc
 
 
+def _adapters(response: httpx.Response) -> dict[str, str]:
+    """``GET /v1/models``: the cards with a ``parent`` are the loaded adapters (SGLang's
+    ``available_models`` and Reef's engine alike), name → path."""
+    cards = _json(response, answered=(200,)).get("data")
+    if not isinstance(cards, list):
+        raise EngineUnavailableError(f"/v1/models lacks a data list: {cards!r}")
+    return {
+        str(card["id"]): str(card.get("root") or "")
+        for card in cards
+        if isinstance(card, dict) and card.get("parent") is not None and "id" in card
+    }
+
+
 def _ok(response: httpx.Response) -> bool:
     return response.status_code == 200
 
@@ -133,6 +146,10 @@ def health() -> Call[bool]:
 
 def model_info() -> Call[ModelInfo]:
     return Call("GET", "/get_model_info", None, _model_info)
+
+
+def loaded_adapters() -> Call[dict[str, str]]:
+    return Call("GET", "/v1/models", None, _adapters)
 
 
 def flush_cache() -> Call[bool]:
@@ -333,6 +350,10 @@ class AsyncEngineClient:
 
     async def flush_cache(self) -> bool:
         return await self.call(flush_cache())
+
+    async def loaded_adapters(self) -> dict[str, str]:
+        """Adapter name → path of the LoRA adapters the engine holds."""
+        return await self.call(loaded_adapters())
 
     async def update_weights_from_disk(
         self, path: str, weight_version: str | None = None

@@ -18,11 +18,15 @@ rebuilds those weights (the same in every process), so a base release of the bui
 model can be restored without a folder.
 
 LoRA rule: ``load_lora_adapter`` adds a *named* adapter (used by requests that name it
-in ``lora_path`` / ``model``); ``update_weights_from_disk`` with a PEFT adapter folder
-sets the *default* adapter: requests that name none are served by ``base ⊕ adapter``.
-The base is kept, so the next adapter replaces the previous one instead of stacking on
-it; a full-weights update replaces the base, clears the default adapter and re-merges
-every named adapter onto the new base (from its folder).
+in ``lora_path`` / ``model``), what Reef's sidecar loads an adapter release as (SGLang's
+protocol). Reef's extension, which no Reef component uses: ``update_weights_from_disk``
+with a PEFT adapter folder sets the *default* adapter: requests that name none are served
+by ``base ⊕ adapter``. The base is kept, so the next adapter replaces the previous one
+instead of stacking on it; a full-weights update replaces the base, clears the default
+adapter and re-merges every named adapter onto the new base (from its folder).
+
+A request resolves its adapter on the snapshot it runs on (:meth:`Snapshot.resolve`), so
+an adapter unloaded while the request runs keeps serving it to its last token.
 
 Named slots (Reef's extension, what a canary release is served from): a named adapter
 may also be a full-weights folder, a second model beside the base that no base update
@@ -94,6 +98,18 @@ class Snapshot:
         if found is None:
             raise AdapterError(f"LoRA adapter {adapter!r} is not loaded")
         return found.model
+
+    def resolve(self, adapter: str | None, release: str | None = None) -> str | None:
+        """The adapter that serves a request naming ``adapter`` (SGLang's ``lora_path``)
+        and routed by Reef's API to ``release`` (``x-reef-serve-release``), decided on
+        this snapshot: a named adapter must be loaded, unless it is the routed release
+        (not loaded yet, or any more: the default serves, as for a slot); a routed release
+        that is loaded serves a request naming none."""
+        if adapter is None:
+            return release if release is not None and release in self.adapters else None
+        if adapter not in self.adapters and adapter == release:
+            return None
+        return adapter
 
     def version_for(self, adapter: str | None) -> str:
         """The weight version an answer served by ``adapter`` reports."""

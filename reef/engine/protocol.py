@@ -65,6 +65,8 @@ class LoadLoRAAdapterReqInput(_Request):
     lora_name: str
     lora_path: str
     pinned: bool = False
+    #: assigned by SGLang's TokenizerManager; accepted and not used
+    lora_id: str | None = None
     #: Reef's extension: the weight version the slot's answers report (a canary release);
     #: unset, they report the base's, as SGLang does
     weight_version: str | None = None
@@ -72,6 +74,7 @@ class LoadLoRAAdapterReqInput(_Request):
 
 class UnloadLoRAAdapterReqInput(_Request):
     lora_name: str
+    lora_id: str | None = None
 
 
 class SamplingParams(_Request):

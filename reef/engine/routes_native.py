@@ -26,6 +26,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.errors import EngineError
 from reef.engine.generation import Completion, Sampling
 from reef.engine.protocol import (
@@ -127,7 +128,8 @@ async def flush_cache() -> PlainTextResponse:
 async def update_weights_from_disk(
     body: UpdateWeightFromDiskReqInput, request: Request
 ) -> JSONResponse:
-    """Load full weights, or a PEFT adapter as the default adapter, from a folder.
+    """Load full weights from a folder (Reef's extension: a PEFT adapter folder becomes the
+    default adapter; Reef's sidecar loads adapters by ``/load_lora_adapter``).
 
         curl --json '{"model_path": "/ckpt/v2", "weight_version": "v2"}' \\
             localhost:30000/update_weights_from_disk
@@ -257,7 +259,9 @@ async def unload_lora_adapter(body: UnloadLoRAAdapterReqInput, request: Request)
     return _lora_outcome(runtime, None)
 
 
-def _generation_request(body: GenerateReqInput, runtime: EngineRuntime) -> GenerationRequest:
+def _generation_request(
+    body: GenerateReqInput, runtime: EngineRuntime, release: str | None
+) -> GenerationRequest:
     if isinstance(body.text, list) or (body.input_ids and isinstance(body.input_ids[0], list)):
         raise EngineError("batched /generate requests are not supported by the local engine")
     if body.input_ids is not None:
@@ -270,6 +274,7 @@ def _generation_request(body: GenerateReqInput, runtime: EngineRuntime) -> Gener
         prompt_ids=ids,
         sampling=native_sampling(body.sampling_params, runtime.config.default_max_new_tokens),
         adapter=body.lora_path,
+        release=release or None,
         top_logprobs=body.top_logprobs_num if body.return_logprob else 0,
         input_logprobs=body.return_logprob,
     )
@@ -310,7 +315,7 @@ async def generate(body: GenerateReqInput, request: Request) -> JSONResponse | S
     runtime = runtime_of(request)
     started = time.monotonic()
     rid = body.rid or uuid.uuid4().hex
-    generation = _generation_request(body, runtime)
+    generation = _generation_request(body, runtime, request.headers.get(SERVE_RELEASE_HEADER))
     if not body.stream:
         version, completion = await runtime.complete(generation)
         return JSONResponse(_body(body, runtime, rid, version, completion, started, True))

@@ -7,10 +7,14 @@ the body also carries SGLang-style ``meta_info`` (``output_token_logprobs``,
 ``[[logprob, token_id, null], ...]`` per generated token) so a recorder can keep the
 exchange token for token.
 
-A request uses a loaded LoRA adapter when ``lora_path`` names it, when the
-``x-reef-serve-release`` header does (Reef's API names the canary release it routed an
-exchange to: a slot the sidecar loaded under the release's id), or when ``model`` is its
-name (or ``<base>:<name>``); otherwise the default weights serve it.
+The adapter is chosen as SGLang's ``OpenAIServingBase._resolve_lora_path`` does:
+``model`` ``<base>:<adapter>`` (split on the first colon) first, then the ``lora_path``
+field; an adapter so named must be loaded (400 otherwise). Reef's leniency: a ``model``
+that is exactly a loaded adapter's name selects it too. Reef's extension: the
+``x-reef-serve-release`` header (Reef's API names the release it routed an exchange to,
+which the sidecar loads under the release's id) selects that adapter or slot when it is
+loaded, and excuses a named adapter equal to it that is not (yet, or any more): the
+default weights serve those (:meth:`reef.engine.model.Snapshot.resolve`).
 """
 
 from __future__ import annotations
@@ -37,17 +41,15 @@ router = APIRouter(prefix="/v1")
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def _adapter(
-    body: ChatCompletionRequest, runtime: EngineRuntime, release: str | None
-) -> str | None:
+def _adapter(body: ChatCompletionRequest, runtime: EngineRuntime) -> str | None:
+    """The adapter the request names, as SGLang reads it (``model`` before ``lora_path``)."""
+    _, colon, named = body.model.partition(":")
+    if colon and named.strip():
+        return named.strip()
     if body.lora_path:
         return body.lora_path
-    loaded = runtime.model.snapshot().adapters
-    if release and release in loaded:  # not loaded (yet, or any more): the default serves
-        return release
-    for candidate in (body.model, body.model.rpartition(":")[2]):
-        if candidate and candidate in loaded:
-            return candidate
+    if body.model and body.model in runtime.model.snapshot().adapters:
+        return body.model
     return None
 
 
@@ -71,7 +73,8 @@ def _generation_request(
     return GenerationRequest(
         prompt_ids=_prompt_ids(body, runtime),
         sampling=chat_sampling(body, runtime.config.default_max_new_tokens),
-        adapter=_adapter(body, runtime, release),
+        adapter=_adapter(body, runtime),
+        release=release or None,
         top_logprobs=top if body.logprobs else 0,
     )
 

@@ -33,7 +33,10 @@ class GenerationRequest:
 
     prompt_ids: list[int]
     sampling: Sampling
+    #: SGLang's ``lora_path`` (or ``model`` ``<base>:<adapter>``): must be loaded
     adapter: str | None = None
+    #: Reef's API routed the exchange to this release (``x-reef-serve-release``)
+    release: str | None = None
     top_logprobs: int = 0
     input_logprobs: bool = False
 
@@ -67,9 +70,13 @@ class EngineRuntime:
         return Decoder(module, eos_ids=self._eos, context=self._context)
 
     def _run(
-        self, request: GenerationRequest, snapshot: Snapshot, on_step: Callable[[Step], bool] | None
+        self,
+        request: GenerationRequest,
+        snapshot: Snapshot,
+        adapter: str | None,
+        on_step: Callable[[Step], bool] | None,
     ) -> Completion:
-        return self._decoder(snapshot, request.adapter).generate(
+        return self._decoder(snapshot, adapter).generate(
             request.prompt_ids,
             request.sampling,
             decode=self.decode,
@@ -82,9 +89,10 @@ class EngineRuntime:
         """(weight version, completion), both from one snapshot."""
         async with self._slots:
             snapshot = self.model.snapshot()
-            snapshot.module_for(request.adapter)  # unknown adapter: fail before the thread
-            completion = await asyncio.to_thread(self._run, request, snapshot, None)
-            return snapshot.version_for(request.adapter), completion
+            adapter = snapshot.resolve(request.adapter, request.release)
+            snapshot.module_for(adapter)  # unknown adapter: fail before the thread
+            completion = await asyncio.to_thread(self._run, request, snapshot, adapter, None)
+            return snapshot.version_for(adapter), completion
 
     async def stream(
         self, request: GenerationRequest
@@ -92,7 +100,8 @@ class EngineRuntime:
         """Yields (weight version, step) per token, then (weight version, completion)."""
         async with self._slots:
             snapshot = self.model.snapshot()
-            snapshot.module_for(request.adapter)
+            adapter = snapshot.resolve(request.adapter, request.release)
+            snapshot.module_for(adapter)
             loop = asyncio.get_running_loop()
             queue: asyncio.Queue[Step | Completion | BaseException] = asyncio.Queue()
             cancelled = threading.Event()
@@ -103,7 +112,9 @@ class EngineRuntime:
 
             def run() -> None:
                 try:
-                    result: Completion | BaseException = self._run(request, snapshot, on_step)
+                    result: Completion | BaseException = self._run(
+                        request, snapshot, adapter, on_step
+                    )
                 except Exception as exc:  # handed to the consumer, re-raised there
                     result = exc
                 loop.call_soon_threadsafe(queue.put_nowait, result)
@@ -114,7 +125,7 @@ class EngineRuntime:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         raise item
-                    yield snapshot.version_for(request.adapter), item
+                    yield snapshot.version_for(adapter), item
                     if isinstance(item, Completion):
                         return
             finally:

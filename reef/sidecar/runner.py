@@ -22,10 +22,13 @@ One task follows the log and only folds it; one loop loads. A load that keeps fa
 a newer head arrives, which cuts the wait short and is loaded instead.
 
 Loading: the release's manifest is materialised from the artifact store into a cache
-(every object sha256-verified; a corrupted object stops the load), then loaded with
-``/update_weights_from_disk`` naming the release id as the weight version: a full
-weights folder replaces the weights, a PEFT adapter folder becomes the engine's default
-adapter on its base (``method`` lora), and the base release (empty content) reloads the
+(every object sha256-verified; a corrupted object stops the load). A PEFT adapter folder
+is loaded by SGLang's protocol only (:mod:`reef.sidecar.adapters`): ``/load_lora_adapter``
+under the release id (``method`` lora; the API names it in each exchange's ``lora_path``,
+:mod:`reef.api.adapters`), and once it serves, the scenario's other adapters but the
+canary slot's are unloaded with ``/unload_lora_adapter``. Otherwise the release is loaded
+with ``/update_weights_from_disk`` naming the release id as the weight version: a full
+weights folder replaces the weights, and the base release (empty content) reloads the
 engine's own base model. With ``load_method`` tensor (setting ``engine_load_method``), a
 full-weights folder is first sent by ``/update_weights_from_tensor`` (``method`` tensor;
 an engine on the same machine); if that fails for any reason it is loaded from disk as
@@ -59,6 +62,7 @@ from reef.engine.engine_client import AsyncEngineClient
 from reef.log.base import LogRecord
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
+from reef.sidecar.adapters import EngineAdapters
 from reef.sidecar.plan import HeadTracker, Wanted
 
 logger = logging.getLogger(__name__)
@@ -95,6 +99,7 @@ class Sidecar:
         self.store = store
         self.content = content
         self.engine = engine
+        self.adapters = EngineAdapters(engine)
         self.tracker = HeadTracker(frozenset({config.scenario}))
         self.loaded: str | None = None
         #: the scenario's rollouts, and the content of each of its releases (the slot's)
@@ -119,6 +124,7 @@ class Sidecar:
                 self._moved.clear()
                 await self._converge()
                 await self._converge_slot()
+                await self._prune()
                 await self._wait_for_head(self.config.check_seconds)
                 if follower.done():
                     follower.result()  # it only ends by failing: surface that
@@ -177,8 +183,9 @@ class Sidecar:
             return
         try:
             if self.slot is not None:
-                await self.engine.unload_lora_adapter(self.slot)
-                logger.info("engine %s unloaded slot %s", self.config.engine_id, self.slot)
+                if self.slot not in self.adapters.releases:  # else promoted: the head's now
+                    await self.engine.unload_lora_adapter(self.slot)
+                    logger.info("engine %s unloaded slot %s", self.config.engine_id, self.slot)
                 self.slot = None
             if wanted is not None:
                 await self._load_slot(wanted)
@@ -195,6 +202,23 @@ class Sidecar:
             raise LoadRefusedError(result.error_message or "the engine refused the slot")
         self.slot = release
         logger.info("engine %s serves %s in its canary slot", self.config.engine_id, release)
+
+    async def _prune(self) -> None:
+        """Once the head serves, unload the scenario's adapters but the head's and the
+        slot's (retried on the next round when it fails)."""
+        head = self.tracker.heads.get(self.config.scenario)
+        if head is None or self.loaded != head.release_id:
+            return
+        keep = {name for name in (self.slot, self.wanted_slot()) if name is not None}
+        if head.release_id in self.adapters.releases:
+            keep.add(head.release_id)
+        try:
+            unloaded = await self.adapters.prune(self._contents, keep)
+        except (ReefError, OSError) as exc:
+            logger.warning("unloading superseded adapters: %s", exc)
+            return
+        for name in unloaded:
+            logger.info("engine %s unloaded adapter %s", self.config.engine_id, name)
 
     async def _wait_for_head(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when a new head arrives meanwhile."""
@@ -228,9 +252,13 @@ class Sidecar:
             attempt += 1
 
     async def _serving(self) -> str | None:
+        """The release the engine serves: its weight version, or while the sidecar's last
+        load was an adapter, that adapter's release if the engine still holds it."""
         info = await self.engine.model_info()
         if self._base_path is None:
             self._base_path = info.model_path
+        if self.loaded is not None and self.loaded in self.adapters.releases:
+            return self.loaded if await self.adapters.serves(self.loaded) else None
         return info.weight_version
 
     async def _load(self, wanted: Wanted) -> None:
@@ -241,14 +269,19 @@ class Sidecar:
         if path is None:
             raise LoadRefusedError("no base model path to load")
         full = folder is not None and not adapter
-        if full and await self._loaded_by_tensor(Path(path), wanted.release_id):
+        if adapter:
+            await self.adapters.load(wanted.release_id, path)
+            method = "lora"
+        elif full and await self._loaded_by_tensor(Path(path), wanted.release_id):
             method = "tensor"
         else:
             update = await self.engine.update_weights_from_disk(path, wanted.release_id)
             if not update.success:
                 raise LoadRefusedError(update.message)
-            method = "lora" if adapter else "disk"
-        version = (await self.engine.model_info()).weight_version or wanted.release_id
+            method = "disk"
+        version = wanted.release_id
+        if not adapter:  # what the engine reports of its default weights
+            version = (await self.engine.model_info()).weight_version or version
         load_ms = (time.perf_counter() - started) * 1000
         await self.store.append(
             EngineLoaded(
