@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from reef.core.errors import ConfigError
 
@@ -205,11 +205,31 @@ class Settings(BaseModel):
     engine_scenario: str | None = Field(
         None, description="Scenario whose releases the local engine hot-loads (sidecar)."
     )
-    engine_load_method: Literal["disk", "tensor"] = Field(
+    engine_load_method: Literal["disk", "tensor", "broadcast", "pushed_tensor"] = Field(
         "disk",
         description="How a sidecar loads a full-weights release into an engine on its "
-        "machine: disk (/update_weights_from_disk) or tensor (/update_weights_from_tensor, "
-        "disk when that fails).",
+        "machine: disk (/update_weights_from_disk), tensor (/update_weights_from_tensor, "
+        "disk when that fails), broadcast or pushed_tensor (the trainer pushes it by "
+        "trainer_publish; the sidecar waits engine_push_wait_s for it, then loads from disk).",
+    )
+    engine_push_wait_s: float = Field(
+        5.0,
+        ge=0,
+        description="With a pushed engine_load_method: how long a sidecar waits for the "
+        "trainer's push of a new head before it loads the head from disk.",
+    )
+    trainer_publish: Literal["none", "broadcast", "tensor"] = Field(
+        "none",
+        description="How the trainer pushes a release it got committed as the head to "
+        "trainer_publish_engines: broadcast (a weights group: NCCL when training on CUDA, "
+        "else gloo), tensor (/update_weights_from_tensor, same machine) or none.",
+    )
+    trainer_publish_engines: tuple[str, ...] = Field(
+        (),
+        description="Engine base URLs the trainer publishes to (env: comma-separated).",
+    )
+    trainer_publish_timeout_s: float = Field(
+        60.0, gt=0, description="Longest one publish may take (the group's rendezvous too)."
     )
 
     upstream_url: str | None = Field(None, description="Provider base URL, e.g. .../v1.")
@@ -232,6 +252,14 @@ class Settings(BaseModel):
         description="OTLP/HTTP receiver base URL (spans go to <endpoint>/v1/traces).",
     )
     otel_service: str = Field("reef", description="service.name of the exported spans.")
+
+    @field_validator("trainer_publish_engines", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """The environment gives one string: ``http://a:30000,http://b:30000``."""
+        if isinstance(value, str):
+            return tuple(url.strip() for url in value.split(",") if url.strip())
+        return value
 
 
 Source = Literal["flag", "file", "env", "default"]

@@ -185,6 +185,7 @@ async def _sidecar(
         cache_dir=settings.state_dir / "engine-cache",
         producer=producer,
         load_method=settings.engine_load_method,
+        push_wait_s=settings.engine_push_wait_s,
     )
     engine = AsyncEngineClient(engine_url)
     task = asyncio.create_task(Sidecar(config, store, content, engine).run(), name="sidecar")

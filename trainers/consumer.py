@@ -35,6 +35,9 @@ Order of work, written down once (what a crash between two steps means is in bra
    ``stale_parent``: retrain on the new head (``on_stale: rebase``, at most
    ``max_rebases`` times) or drop; ``samples_already_consumed``: retrain without the
    consumed samples. [A crash while waiting: step 1 waits for the decision instead.]
+   Committed as the new head, with ``trainer_publish`` set: push the candidate's weights
+   to the engines (:mod:`trainers.publish`, worker thread) before its folder is removed;
+   a failure is counted in ``publishes``. [A crash before it: the sidecars load from disk.]
 7. Only then commit the group's offsets: per partition, the offset of the oldest sample
    still pending (waiting or in a batch being decided), else the read position. [A
    crash before this rereads samples; consumed ones are skipped in step 2.]
@@ -73,6 +76,7 @@ from trainers.batcher import Batcher
 from trainers.chainview import ChainDecision, ChainFollower
 from trainers.heap import release_freed_memory
 from trainers.progress import Progress
+from trainers.publish import Publisher, publishes
 
 logger = logging.getLogger("reef.trainer")
 
@@ -110,8 +114,11 @@ class Trainer:
         *,
         resolve: ClaimResolver | None = None,
         tracing: Tracing | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         self.recipe = recipe
+        #: pushes a release committed as the head to engines (:mod:`trainers.publish`)
+        self.publisher = publisher
         #: spans of training steps, when the process traces (reef.observability.tracing)
         self.tracing = tracing
         self.store = store
@@ -421,6 +428,15 @@ class Trainer:
         )
         decision = await self._decision(proposal.proposal_id)
         self._record(step, proposal.proposal_id, decision, pending=not selected)
+        if (
+            self.publisher is not None
+            and decision.release_id is not None
+            and publishes(decision, pending=not selected or rollout is not None)
+        ):
+            outcome = await asyncio.to_thread(
+                self.publisher.publish, candidate.folder, decision.release_id
+            )
+            self.progress.publishes[outcome] += 1
         if rollout is not None and decision.committed:
             step["rollout"] = rollout.mode  # the chain started it with the release
         return decision

@@ -22,6 +22,8 @@ class Progress:
     candidates: Counter[str] = field(default_factory=Counter)
     proposals: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
+    #: pushes of committed heads to engines (trainers.publish): ok / failed / skipped
+    publishes: Counter[str] = field(default_factory=Counter)
     steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     rejections: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
@@ -46,6 +48,7 @@ class Progress:
                 "failed": self.candidates["failed"],
             },
             "proposals": dict(self.proposals),
+            "publishes": {k: self.publishes[k] for k in ("ok", "failed", "skipped")},
             "samples_skipped": dict(self.skipped),
             "samples_skipped_stale": self.skipped["stale"],
             "steps": list(self.steps),

@@ -29,6 +29,7 @@ from reef.services.eventstore import EventStore
 from reef.services.supervision import FIRST_BACKOFF_S
 from reef.settings import Settings
 from trainers.consumer import Trainer, TrainerConfig
+from trainers.publish import Publisher, publish_config, training_device
 
 
 def build_trainer(
@@ -57,6 +58,7 @@ def build_trainer(
         work_dir=settings.state_dir / "trainer" / settings.recipe.replace(":", "_"),
         partitions=partitions,
     )
+    publishing = publish_config(settings, training_device(chosen.config))
     return Trainer(
         chosen,
         store,
@@ -64,6 +66,7 @@ def build_trainer(
         config,
         resolve=lambda ref: claims.resolve(None, ref),
         tracing=tracing,
+        publisher=None if publishing is None else Publisher(publishing),
     )
 
 

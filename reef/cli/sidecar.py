@@ -49,6 +49,7 @@ def sidecar(
         cache_dir=cache_dir or settings.state_dir / "engine-cache",
         producer=f"sidecar-{socket.gethostname()}-{os.getpid()}",
         load_method=settings.engine_load_method,
+        push_wait_s=settings.engine_push_wait_s,
     )
 
     async def run() -> None:

@@ -32,7 +32,10 @@ weights folder replaces the weights, and the base release (empty content) reload
 engine's own base model. With ``load_method`` tensor (setting ``engine_load_method``), a
 full-weights folder is first sent by ``/update_weights_from_tensor`` (``method`` tensor;
 an engine on the same machine); if that fails for any reason it is loaded from disk as
-above (``method`` disk), and the failure is logged. Of a composite release
+above (``method`` disk), and the failure is logged. With ``load_method`` broadcast or
+pushed_tensor the trainer pushes the release (:mod:`reef.sidecar.pushed`): the sidecar
+waits ``push_wait_s`` for the engine to report it (``method`` broadcast / tensor, also
+when it arrived before the sidecar looked), then loads from disk. Of a composite release
 (:mod:`reef.artifacts.parts`) only the weights part is loaded (none: the base model).
 Only an engine's ``success: true`` produces EngineLoaded; a refusal, a corrupted artifact or an
 unreachable engine or store produces EngineLoadFailed and a retry with exponential
@@ -64,6 +67,7 @@ from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
 from reef.sidecar.adapters import EngineAdapters
 from reef.sidecar.plan import HeadTracker, Wanted
+from reef.sidecar.pushed import PUSHED_METHODS, pushed
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +80,11 @@ class SidecarConfig:
     scenario: str
     cache_dir: Path
     producer: str
-    #: how a full-weights release reaches the engine (tensor: disk when that fails)
-    load_method: Literal["disk", "tensor"] = "disk"
+    #: how a full-weights release reaches the engine (tensor: disk when that fails;
+    #: broadcast / pushed_tensor: pushed by the trainer, disk when it does not arrive in
+    #: push_wait_s)
+    load_method: Literal["disk", "tensor", "broadcast", "pushed_tensor"] = "disk"
+    push_wait_s: float = 5.0
     check_seconds: float = 2.0
     first_backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
@@ -110,6 +117,8 @@ class Sidecar:
         self._base_path: str | None = None
         #: set by the follower when the scenario's head moved
         self._moved = asyncio.Event()
+        #: the head when this sidecar started (not a push it could have seen arrive)
+        self._first_head: str | None = None
 
     async def run(self) -> None:
         """Forever: follow the chain and keep the engine on the head."""
@@ -118,6 +127,8 @@ class Sidecar:
         async for record in self.store.log.read(topics.RELEASES, partitions=[partition]):
             self._apply(record)
             position = record.offset + 1
+        first = self.tracker.heads.get(self.config.scenario)
+        self._first_head = None if first is None else first.release_id
         follower = asyncio.create_task(self._follow(partition, position), name="sidecar-follow")
         try:
             while True:
@@ -235,7 +246,7 @@ class Sidecar:
         attempt = 1
         while True:
             try:
-                if await self._serving() == wanted.release_id:
+                if await self._serving() == wanted.release_id and not self._unrecorded_push(wanted):
                     return
                 await self._load(wanted)
                 return
@@ -274,6 +285,8 @@ class Sidecar:
             method = "lora"
         elif full and await self._loaded_by_tensor(Path(path), wanted.release_id):
             method = "tensor"
+        elif full and (pushed_by := await self._pushed(wanted.release_id)) is not None:
+            method = pushed_by
         else:
             update = await self.engine.update_weights_from_disk(path, wanted.release_id)
             if not update.success:
@@ -306,6 +319,28 @@ class Sidecar:
             method,
             load_ms,
         )
+
+    def _unrecorded_push(self, wanted: Wanted) -> bool:
+        """A head the engine got pushed before this sidecar looked: record it as loaded."""
+        return self.config.load_method in PUSHED_METHODS and wanted.release_id not in (
+            self.loaded,
+            self._first_head,
+        )
+
+    async def _pushed(self, release_id: str) -> str | None:
+        """The method to record when the trainer's push of ``release_id`` reached the
+        engine in time; None (the caller loads it from disk: logged) otherwise."""
+        method = PUSHED_METHODS.get(self.config.load_method)
+        if method is None:
+            return None
+        if await pushed(self.engine, release_id, self.config.push_wait_s):
+            return method
+        logger.warning(
+            "%s was not pushed within %.1fs; loading from disk",
+            release_id,
+            self.config.push_wait_s,
+        )
+        return None
 
     async def _loaded_by_tensor(self, folder: Path, release_id: str) -> bool:
         """Whether the engine took ``folder`` by tensor; False when not configured, or when

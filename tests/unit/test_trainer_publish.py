@@ -1,0 +1,89 @@
+"""What the trainer publishes to engines, and how its settings are read (no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from reef.core.errors import ConfigError
+from reef.settings import Settings, load_settings
+from trainers.chainview import ChainDecision
+from trainers.publish import (
+    PublishConfig,
+    Publisher,
+    backend_for,
+    publish_config,
+    publishes,
+    training_device,
+    unpublishable,
+)
+
+ENGINES = "http://10.0.0.1:30000, http://10.0.0.2:30000"
+
+
+def test_the_engines_are_read_from_a_comma_separated_environment_variable() -> None:
+    loaded = load_settings(
+        environ={"REEF_TRAINER_PUBLISH": "broadcast", "REEF_TRAINER_PUBLISH_ENGINES": ENGINES}
+    ).settings
+    assert loaded.trainer_publish_engines == ("http://10.0.0.1:30000", "http://10.0.0.2:30000")
+    config = publish_config(loaded, "cuda:1")
+    assert config == PublishConfig(
+        "broadcast", loaded.trainer_publish_engines, "cuda:1", loaded.trainer_publish_timeout_s
+    )
+
+
+def test_the_engines_are_read_from_a_yaml_list(tmp_path: Path) -> None:
+    path = tmp_path / "reef.yaml"
+    path.write_text("reef:\n  trainer:\n    publish: tensor\n    publish_engines: [http://a:1]\n")
+    loaded = load_settings(config_file=path, environ={}).settings
+    assert (loaded.trainer_publish, loaded.trainer_publish_engines) == ("tensor", ("http://a:1",))
+
+
+def test_no_publishing_by_default_and_a_method_without_engines_is_refused() -> None:
+    assert publish_config(Settings(), "cpu") is None
+    with pytest.raises(ConfigError, match="trainer_publish_engines"):
+        publish_config(Settings(trainer_publish="broadcast"), "cpu")
+    with pytest.raises(ConfigError, match="engine_load_method"):
+        load_settings(environ={"REEF_ENGINE_LOAD_METHOD": "carrier-pigeon"})
+
+
+@pytest.mark.parametrize(
+    ("decision", "pending", "expected"),
+    [
+        (ChainDecision(committed=True, release_id="r1"), False, True),
+        (ChainDecision(committed=True, release_id="r1"), True, False),  # held or kept
+        (ChainDecision(committed=False, reason="stale_parent"), False, False),
+    ],
+)
+def test_only_a_release_committed_as_the_head_is_published(
+    decision: ChainDecision, pending: bool, expected: bool
+) -> None:
+    assert publishes(decision, pending=pending) is expected
+
+
+def test_nccl_on_a_cuda_device_gloo_elsewhere() -> None:
+    assert [backend_for(d) for d in ("cuda:0", "cuda:3", "cpu")] == ["nccl", "nccl", "gloo"]
+
+
+def test_the_training_device_comes_from_the_recipe() -> None:
+    recipe = SimpleNamespace(training=SimpleNamespace(device="cuda:1"))
+    assert training_device(recipe) == "cuda:1"
+    assert training_device(SimpleNamespace()) == "cpu"  # a recipe that does not train torch
+
+
+def test_adapters_and_folders_without_weights_are_not_published(tmp_path: Path) -> None:
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"")
+    (tmp_path / "prompt").mkdir()
+    (tmp_path / "prompt" / "prompt.json").write_text("{}")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "model.safetensors").write_bytes(b"")
+    assert "load_lora_adapter" in (unpublishable(tmp_path / "adapter") or "")
+    assert unpublishable(tmp_path / "prompt") == "no safetensors weights"
+    assert unpublishable(tmp_path / "full") is None
+    publisher = Publisher(PublishConfig("broadcast", ("http://127.0.0.1:9",)))
+    assert publisher.publish(tmp_path / "adapter", "r1") == "skipped"
+    assert publisher.publish(tmp_path / "prompt", "r2") == "skipped"
