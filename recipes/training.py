@@ -125,12 +125,54 @@ class SftTraining(DeviceSettings):
         return self
 
 
+class SlimeSettings(StrictModel):
+    """``training.backend: slime``: where slime is and what it passes to Megatron.
+
+    slime (THUDM/slime) trains with Megatron-LM on GPUs; it is installed from its source
+    checkout (the PyPI package of that name is unrelated). See
+    :mod:`trainers.backends.slime_job` for the command built from these fields.
+    """
+
+    train_script: str = Field(
+        min_length=1, description="slime's train.py (in the user's slime checkout)."
+    )
+    python: str | None = Field(
+        default=None,
+        description="Interpreter with slime, Megatron-LM and Ray (default: Reef's own).",
+    )
+    megatron_checkpoint: str = Field(
+        min_length=1,
+        description="base_model as a Megatron checkpoint (--ref-load; slime's converter "
+        "writes it from the HF folder).",
+    )
+    gpus: int = Field(default=1, ge=1, description="GPUs of the training actor (one node).")
+    megatron_args: tuple[str, ...] = Field(
+        default=(),
+        description="Model and parallelism flags passed through to Megatron as slime "
+        "documents (e.g. --num-layers 28 --hidden-size 1024 ... --tensor-model-parallel-size 1).",
+    )
+    timeout_s: float = Field(default=7200.0, gt=0, description="Most seconds one run may take.")
+
+
 class GrpoTraining(DeviceSettings):
+    backend: Literal["torch", "slime"] = Field(
+        default="torch",
+        description="torch: in this process; slime: slime's train.py with Megatron (GPUs).",
+    )
+    slime: SlimeSettings | None = Field(
+        default=None, description="backend slime: where slime is and its Megatron flags."
+    )
     base_model: str = Field(default="tiny", description="Creation weights (built-in or folder).")
     learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate.")
     steps: int = Field(default=4, ge=1, description="Optimizer steps per batch.")
     clip: float = Field(default=0.2, gt=0, lt=1, description="Importance-ratio clip epsilon.")
     threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
+
+    @model_validator(mode="after")
+    def _slime_needs_its_settings(self) -> GrpoTraining:
+        if (self.backend == "slime") != (self.slime is not None):
+            raise ValueError("training.slime is set exactly when training.backend is 'slime'")
+        return self
 
 
 @dataclass(frozen=True, slots=True)

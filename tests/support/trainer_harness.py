@@ -92,8 +92,10 @@ class Harness:
         score: float = 1.0,
         metadata: dict[str, Any] | None = None,
         shadow_of: str | None = None,
+        meta_info: dict[str, Any] | None = None,
     ) -> str:
-        """A sample as the join makes it; ``shadow_of``: of a shadow copy of that receipt."""
+        """A sample as the join makes it; ``shadow_of``: of a shadow copy of that receipt;
+        ``meta_info``: the engine's record of the answer (token ids, log-probabilities)."""
         sample_id = new_record_id()
         turn: dict[str, Any] = {
             "receipt": new_record_id(),
@@ -104,6 +106,8 @@ class Harness:
         }
         if shadow_of is not None:
             turn["shadow_of"] = shadow_of
+        if meta_info is not None:
+            turn["response"]["meta_info"] = meta_info
         await self.store.append(
             SampleJoined(
                 event_id=sample_id,

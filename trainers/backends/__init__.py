@@ -11,5 +11,9 @@ module lazily or only when used), and the only one that uses the model kit
 - :mod:`trainers.backends.lora` — LoRA SFT with PEFT;
 - :mod:`trainers.backends.sao` — ``sao``: policy and critic from single scored rollouts
   (its tensor math in :mod:`trainers.backends.sao_math`);
-- :mod:`trainers.backends.slime_source` — Reef batches as slime rollout groups.
+- :mod:`trainers.backends.slime_source` — Reef batches as slime rollout groups, in memory;
+- :mod:`trainers.backends.slime_job`, :mod:`trainers.backends.slime_run`,
+  :mod:`trainers.backends.slime_rollout` — ``training.backend: slime``: slime's own
+  ``train.py`` on a Reef batch (its command, the adapter that runs it, and the rollout
+  function slime imports).
 """

@@ -7,6 +7,9 @@ Importing this module loads no training library: each method imports
 (``reef serve`` at start-up) stays torch-free: :meth:`InProcessBackend.check_device`
 imports torch only for a ``cuda`` device.
 
+GRPO with ``training.backend: slime`` runs slime's ``train.py`` instead
+(:mod:`trainers.backends.slime_run`).
+
 Running out of device memory while training or decoding fails that candidate or
 evaluation (:func:`trainers.backends.devices.guarded`): the trainer records it and goes on.
 """
@@ -59,6 +62,10 @@ class InProcessBackend:
     def train_grpo(
         self, parent: Path | None, rollouts: Sequence[Rollout], out_dir: Path, options: GrpoTraining
     ) -> dict[str, float]:
+        if options.backend == "slime":  # a child process: slime's train.py on its GPUs
+            from trainers.backends.slime_run import train_grpo_slime
+
+            return train_grpo_slime(parent, rollouts, out_dir, options)
         from trainers.backends.devices import guarded
         from trainers.backends.torch_backend import train_grpo
 

@@ -11,7 +11,10 @@ engine recorded them (prompt + output ids, a loss mask over the output, the roll
 log-probabilities, the reward and the serving release ids as weight versions).
 
 slime is imported lazily (only when no ``sample_factory`` is given), so this module
-imports without it; the tests use a duck-typed stand-in for slime's ``Sample``.
+imports without it; the tests use a duck-typed stand-in for slime's ``Sample``. This
+in-memory source serves a rollout function in the same process as the Reef trainer; slime's
+``train.py`` runs its rollout function in a Ray actor, so ``training.backend: slime``
+(:mod:`trainers.backends.slime_job`) hands the batch over as a file instead.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ def slime_sample_class() -> SampleFactory:
     try:
         found: SampleFactory = importlib.import_module("slime.utils.types").Sample
     except ImportError as exc:
-        raise TrainingError("the slime backend needs slime installed (pip install slime)") from exc
+        raise TrainingError(
+            "the slime backend needs slime installed (THUDM/slime from its source checkout; "
+            "not the unrelated PyPI package of that name)"
+        ) from exc
     return found
 
 
