@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from reef.core.errors import ConfigError
 from reef.settings import Settings, load_settings
+from tests.support.trainer_harness import Harness, until
 from trainers.chainview import ChainDecision
 from trainers.publish import (
+    Outcome,
     PublishConfig,
     Publisher,
     backend_for,
@@ -87,3 +90,32 @@ def test_adapters_and_folders_without_weights_are_not_published(tmp_path: Path) 
     publisher = Publisher(PublishConfig("broadcast", ("http://127.0.0.1:9",)))
     assert publisher.publish(tmp_path / "adapter", "r1") == "skipped"
     assert publisher.publish(tmp_path / "prompt", "r2") == "skipped"
+
+
+class FailingPublisher(Publisher):
+    """The real publishing step with a send that fails as an unreachable engine would."""
+
+    def __init__(self) -> None:
+        super().__init__(PublishConfig("tensor", ("http://127.0.0.1:9",)))
+        self.calls: list[tuple[str, bool]] = []
+
+    def publish(self, folder: Path, release_id: str) -> Outcome:
+        self.calls.append((release_id, folder.is_dir()))  # before the folder is removed
+        return "failed"
+
+
+async def test_the_trainer_publishes_each_committed_head_and_goes_on_when_it_fails(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await harness.create("s")
+    for _ in range(4):
+        await harness.sample("s", r0)
+    trainer = harness.trainer({"batching": {"batch_size": 2}, "eligibility": {"max_staleness": 5}})
+    publisher = FailingPublisher()
+    trainer.publisher = publisher
+    async with running(trainer):
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 2)
+        await until(lambda: trainer.status()["publishes"]["failed"] == 2)
+    committed = [c.release_id for c in await harness.committed()]
+    assert publisher.calls == [(committed[0], True), (committed[1], True)]
+    assert trainer.status()["publishes"] == {"ok": 0, "failed": 2, "skipped": 0}
