@@ -102,8 +102,10 @@ def engine(
     curl localhost:30000/get_model_info
     """
     if backend == "sglang":
+        _refuse_given(_REEF_ONLY, "is Reef's engine's only: pass SGLang's flag in --sglang-args")
         run_sglang_backend(model, host, port, shlex.split(sglang_args), ready_timeout_s)
         return
+    _refuse_given(("sglang_args", "ready_timeout_s"), "goes with --backend sglang only")
     run(
         EngineConfig(
             model=model,
@@ -148,6 +150,27 @@ def run(config: EngineConfig) -> None:
         timeout_graceful_shutdown=5,
         timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
+
+
+#: options that configure Reef's engine and mean nothing to SGLang
+_REEF_ONLY = (
+    "weight_version",
+    "device",
+    "served_model_name",
+    "max_concurrency",
+    "group_timeout_s",
+    "log_level",
+)
+
+
+def _refuse_given(names: tuple[str, ...], why: str) -> None:
+    """Exit 2 with one line when one of ``names`` was given on the command line."""
+    context = click.get_current_context()
+    for name in names:
+        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            option = "--" + name.removesuffix("_s").replace("_", "-")
+            click.echo(f"reef engine: {option} {why}", err=True)
+            sys.exit(2)
 
 
 def run_sglang_backend(

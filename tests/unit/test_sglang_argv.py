@@ -45,3 +45,23 @@ def test_the_url_brackets_an_ipv6_host() -> None:
 
 def test_a_child_killed_by_a_signal_reports_as_a_shell_does() -> None:
     assert (exit_status(0), exit_status(3), exit_status(-15), exit_status(-9)) == (0, 3, 143, 137)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--backend", "sglang", "--device", "cuda:1"], "--device is Reef's engine's only"),
+        (["--backend", "sglang", "--group-timeout", "5"], "--group-timeout is Reef's"),
+        (["--sglang-args", "--tp-size 2"], "--sglang-args goes with --backend sglang only"),
+        (["--ready-timeout", "5"], "--ready-timeout goes with --backend sglang only"),
+    ],
+)
+def test_an_option_the_chosen_backend_would_ignore_is_refused(args: list[str], named: str) -> None:
+    from click.testing import CliRunner
+
+    from reef.cli.engine import engine
+
+    result = CliRunner().invoke(engine, ["--model", "m", *args])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("reef engine: ") and named in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
