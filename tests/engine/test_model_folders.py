@@ -161,10 +161,14 @@ def test_lora_on_a_real_folder_is_served_as_the_gate_evaluated_it(
         tmp_path / "adapter", conversations, base_model=base, max_new_tokens=5
     )
     engine = load_engine_model(base, device="cpu", weight_version="0")
-    engine.update_from_disk(str(tmp_path / "adapter"), weight_version="1")
+    # as the sidecar loads an adapter release, named as SGLang's OpenAI server reads it
+    engine.load_adapter("r1", str(tmp_path / "adapter"), weight_version="r1")
     with TestClient(create_app(EngineConfig(model=base), engine)) as client:
-        replies = [chat(client, list(c), temperature=0, max_tokens=5) for c in conversations]
+        replies = [
+            chat(client, list(c), model="m:r1", temperature=0, max_tokens=5) for c in conversations
+        ]
     assert [r["choices"][0]["message"]["content"] for r in replies] == evaluated
+    assert {r["weight_version"] for r in replies} == {"r1"}
 
 
 # -- what is refused ---------------------------------------------------------------------
