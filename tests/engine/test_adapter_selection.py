@@ -8,6 +8,7 @@ is answered by the default weights. And which releases the API names as adapters
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,10 @@ from reef.artifacts.manifest import Manifest, ManifestEntry
 from reef.artifacts.parts import is_adapter_manifest
 from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.config import EngineConfig
+from reef.engine.errors import AdapterError
+from reef.engine.generation import Completion, Sampling
 from reef.engine.loader import load_engine_model
+from reef.engine.runtime import EngineRuntime, GenerationRequest
 from reef.engine.server import create_app
 from tests.support.engine import PROMPT, WeightSets
 
@@ -79,3 +83,30 @@ def test_a_release_is_an_adapter_when_its_weights_have_an_adapter_config() -> No
         Manifest({"reef-parts.json": entry, "harness/adapter_config.json": entry})
     )
     assert not is_adapter_manifest(Manifest())
+
+
+def test_a_request_running_on_an_adapter_finishes_on_it_when_it_is_unloaded(
+    weight_sets: WeightSets,
+) -> None:
+    model = load_engine_model("tiny", device="cpu", weight_version="base")
+    model.load_adapter("ad", str(weight_sets.adapter), weight_version="ad-release")
+    runtime = EngineRuntime(model, EngineConfig(model="tiny"))
+    sampling = Sampling(max_new_tokens=300, temperature=0.0, ignore_eos=True)
+    request = GenerationRequest(model.tokenizer.encode(PROMPT), sampling, adapter="ad")
+
+    async def unloaded_midway() -> tuple[list[int], list[int], str, int]:
+        version, whole = await runtime.complete(request)
+        events = runtime.stream(request)
+        streamed_version, _ = await anext(events)
+        assert model.unload_adapter("ad") == {}  # the generation is under way
+        items = [item async for _, item in events]
+        completion = items[-1]
+        assert isinstance(completion, Completion) and streamed_version == version
+        return whole.output_ids, completion.output_ids, version, len(items)
+
+    whole, streamed, version, after = asyncio.run(unloaded_midway())
+    assert version == "ad-release"
+    assert after > 1  # steps still came after the unload
+    assert streamed == whole  # the adapter's answer, token for token
+    with pytest.raises(AdapterError):
+        asyncio.run(runtime.complete(request))  # a new request: the adapter is gone
