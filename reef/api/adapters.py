@@ -5,8 +5,9 @@ the release id (:mod:`reef.sidecar.runner`); the engine's default weights stay t
 So every exchange the API routes to an adapter release names that adapter the way SGLang
 selects one per request: the ``lora_path`` field of ``/v1/chat/completions`` and
 ``/v1/completions`` (SGLang's ``ChatCompletionRequest`` / ``CompletionRequest``), set
-to the release id. A release whose weights are not an adapter (full weights, the base)
-is named by nothing: the engine's default weights serve it.
+to the release id (a shadow copy names its candidate's the same way). A release whose
+weights are not an adapter (full weights, the base) is named by nothing: the engine's
+default weights serve it.
 
 Whether a release is an adapter is read once from its content's manifest (immutable, so
 the answer is cached by content id).
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import Final, Protocol
 
-from reef.api.context import AppContext
+from reef.artifacts.content import ContentStore
 from reef.artifacts.parts import is_adapter_manifest
 from reef.core.errors import ReefError
 
@@ -28,7 +29,18 @@ logger = logging.getLogger(__name__)
 LORA_ROUTES: Final = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
-async def adapter_of(ctx: AppContext, route: str, release_id: str, content_id: str) -> str | None:
+class AdapterLookup(Protocol):
+    """What the lookup uses of the app's context (:class:`reef.api.context.AppContext`)."""
+
+    @property
+    def content(self) -> ContentStore: ...
+    @property
+    def adapter_contents(self) -> dict[str, bool]: ...
+
+
+async def adapter_of(
+    ctx: AdapterLookup, route: str, release_id: str, content_id: str
+) -> str | None:
     """The adapter name to put in ``lora_path`` for an exchange routed to ``release_id``
     (its id when its weights are an adapter), or None."""
     if route not in LORA_ROUTES:

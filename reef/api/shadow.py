@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from reef.api import adapters
 from reef.api.dialects import usage_of
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
@@ -66,6 +67,8 @@ class ShadowContext(Protocol):
     def content(self) -> ContentStore: ...
     @property
     def projection(self) -> ProjectionFollower: ...
+    @property
+    def adapter_contents(self) -> dict[str, bool]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,9 @@ class ShadowCopies:
     ) -> InferenceRecorded:
         prompt = await self._system_prompt(ctx, request)
         body = shadow.buffered_copy(request.body, request.route, prompt)
+        adapter = await self._adapter(ctx, request)
+        if adapter is not None:  # SGLang's field, as for a served exchange
+            body["lora_path"] = adapter
         suffix = request.route.removeprefix("/v1")
         upstream_request = ctx.upstream.build(
             "POST", suffix, json.dumps(body).encode(), request.headers
@@ -166,15 +172,17 @@ class ShadowCopies:
             served_release_id=version if version in known else None,
         )
 
-    async def _system_prompt(self, ctx: ShadowContext, request: ShadowRequest) -> str | None:
-        content_id = next(
-            (
-                r.content_id
-                for r in _releases(ctx, request.scenario)
-                if r.release_id == request.candidate_release_id
-            ),
-            None,
+    async def _adapter(self, ctx: ShadowContext, request: ShadowRequest) -> str | None:
+        """The candidate's adapter name when its weights are one (reef.api.adapters)."""
+        content_id = _candidate_content(ctx, request)
+        if content_id is None:
+            return None
+        return await adapters.adapter_of(
+            ctx, request.route, request.candidate_release_id, content_id
         )
+
+    async def _system_prompt(self, ctx: ShadowContext, request: ShadowRequest) -> str | None:
+        content_id = _candidate_content(ctx, request)
         if content_id is None:
             return None
         if content_id not in self._prompts:
@@ -182,6 +190,17 @@ class ShadowCopies:
                 self._prompts.clear()
             self._prompts[content_id] = await asyncio.to_thread(_read_prompt, ctx, content_id)
         return self._prompts[content_id]
+
+
+def _candidate_content(ctx: ShadowContext, request: ShadowRequest) -> str | None:
+    return next(
+        (
+            r.content_id
+            for r in _releases(ctx, request.scenario)
+            if r.release_id == request.candidate_release_id
+        ),
+        None,
+    )
 
 
 def _releases(ctx: ShadowContext, scenario: str) -> list[ReleaseView]:

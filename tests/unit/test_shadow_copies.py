@@ -80,11 +80,17 @@ async def log(tmp_path: Path) -> AsyncIterator[EmbeddedLog]:
         await opened.close()
 
 
-def context(tmp_path: Path, log: EmbeddedLog, upstream_url: str) -> AppContext:
-    """A context with the candidate a harness release whose system prompt is PROMPT."""
+def context(
+    tmp_path: Path,
+    log: EmbeddedLog,
+    upstream_url: str,
+    candidate: dict[str, bytes | str] | None = None,
+) -> AppContext:
+    """A context with the candidate a harness release whose system prompt is PROMPT
+    (or a release of the ``candidate`` files)."""
     settings = Settings(upstream_url=upstream_url, upstream_read_timeout_s=60.0)
     content = ContentStore(LocalArtifactStore(tmp_path / "artifacts"))
-    content_id = content.publish_files({"system_prompt.md": PROMPT})
+    content_id = content.publish_files(candidate or {"system_prompt.md": PROMPT})
     releases = [
         SimpleNamespace(release_id=HEAD, content_id=content.publish_files({})),
         SimpleNamespace(release_id=CANDIDATE, content_id=content_id),
@@ -144,6 +150,7 @@ async def test_a_copy_sends_the_candidates_prompt_and_records_its_answer_linked(
     ((sent,),) = [seen]
     assert sent["release"] == CANDIDATE and sent["body"]["stream"] is False
     assert sent["body"]["messages"][0] == {"role": "system", "content": PROMPT}
+    assert "lora_path" not in sent["body"]  # not an adapter release
     (record,) = await recorded(ctx.store)
     assert record.event_id == shadow_receipt(receipt(SCENARIO, 1))
     assert (record.shadow_of, record.release_id) == (receipt(SCENARIO, 1), CANDIDATE)
@@ -153,6 +160,24 @@ async def test_a_copy_sends_the_candidates_prompt_and_records_its_answer_linked(
     assert (record.served_release_id, record.weight_version) == (CANDIDATE, CANDIDATE)
     assert (record.input_tokens, record.output_tokens) == (3, 2)
     assert record.tags == {"session": "s1"} and copies.sent == 1
+
+
+async def test_a_copy_names_an_adapter_candidate_in_sglangs_lora_path(
+    tmp_path: Path, log: EmbeddedLog, provider: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, seen = provider
+    adapter: dict[str, bytes | str] = {"adapter_config.json": "{}", "adapter_model.bin": b"w"}
+    ctx = context(tmp_path, log, url, adapter)
+    copies = ShadowCopies()
+    try:
+        copies.start(ctx, copy_request(2))
+        await settled(copies)
+    finally:
+        await ctx.upstream.aclose()
+    ((sent,),) = [seen]
+    assert (sent["body"]["lora_path"], sent["release"]) == (CANDIDATE, CANDIDATE)
+    (record,) = await recorded(ctx.store)
+    assert json.loads(record.request_json or "{}") == sent["body"]
 
 
 async def test_a_copy_an_engine_answered_without_the_candidates_slot_says_so(
