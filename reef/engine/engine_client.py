@@ -121,8 +121,9 @@ def _model_info(response: httpx.Response) -> ModelInfo:
 
 
 def _adapters(response: httpx.Response) -> dict[str, str]:
-    """``GET /v1/models``: the cards with a ``parent`` are the loaded adapters (SGLang's
-    ``available_models`` and Reef's engine alike), name → path."""
+    """``GET /v1/models``: the cards with a ``parent`` are the loaded adapters, name →
+    path (Reef's engine; SGLang's card for an adapter is taken to carry ``parent`` too,
+    as recalled from its ``available_models``: not read in its source nor run here)."""
     cards = _json(response, answered=(200,)).get("data")
     if not isinstance(cards, list):
         raise EngineUnavailableError(f"/v1/models lacks a data list: {cards!r}")
