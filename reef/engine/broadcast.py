@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from reef.engine import engine_client as calls
+from reef.engine.default_group import forget_failed_join
 from reef.engine.engine_client import EngineClient, UpdateResult
 from reef.engine.errors import EngineUnavailableError, WeightPublishError
 from reef.modelkit.weights import dtype_name
@@ -175,6 +176,7 @@ def _join(
             timeout=timedelta(seconds=timeout_s),
         )
     except (RuntimeError, ValueError) as exc:
+        forget_failed_join()
         answers = [f.result() for f in inits if f.done() and f.exception() is None]
         raise WeightPublishError(
             f"rank 0 could not form the group: {exc}; engines: {answers}"

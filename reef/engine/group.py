@@ -27,6 +27,7 @@ from typing import Final
 import torch
 import torch.distributed as dist
 
+from reef.engine.default_group import forget_failed_join
 from reef.engine.errors import WeightsGroupError
 from reef.engine.protocol import InitWeightsUpdateGroupReqInput
 from reef.modelkit.weights import dtype_from_name
@@ -72,6 +73,7 @@ class WeightsUpdateGroup:
                         timeout=self._timeout,
                     )
             except (RuntimeError, ValueError) as exc:
+                forget_failed_join()
                 raise WeightsGroupError(f"cannot join the weight update group: {exc}") from exc
             self.name, self.backend = request.group_name, request.backend
 

@@ -529,6 +529,23 @@ def test_gloo_broadcast_publishes_weights(
     assert greedy(http, mutable.url)["meta_info"]["weight_version"] == "a-broadcast"
 
 
+def test_a_publish_whose_group_never_formed_leaves_the_next_one_working(
+    mutable: EngineProcess, http: httpx.Client
+) -> None:
+    """torch numbers its default group by a counter a failed join consumes and never
+    resets (reef.engine.default_group): without resetting it, every later publish of
+    this process waited out its timeout under rendezvous keys no engine used."""
+    from reef.engine.broadcast import free_port, publish_weights
+    from reef.engine.errors import WeightPublishError
+    from reef.modelkit import tiny
+
+    nobody = f"http://127.0.0.1:{free_port()}"  # no engine answers: the group never forms
+    with pytest.raises(WeightPublishError, match="could not form the group"):
+        publish_weights(tiny.build_model(), [nobody], "never", timeout_s=2)
+    publish_weights(tiny.build_model(seed=1), [mutable.url], "after-a-failure", timeout_s=30)
+    assert greedy(http, mutable.url)["meta_info"]["weight_version"] == "after-a-failure"
+
+
 # -- the typed client -----------------------------------------------------------------
 
 
