@@ -21,16 +21,15 @@ from typing import Literal
 import httpx
 import pytest
 
-from reef.artifacts import LocalArtifactStore
-from reef.artifacts.content import ContentStore
 from reef.core import topics
-from reef.core.events import EngineLoaded, ReleaseCommitted, utc_now
+from reef.core.events import EngineLoaded
 from reef.engine.engine_client import AsyncEngineClient, EngineClient
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.sidecar.runner import Sidecar, SidecarConfig
 from tests.support.engine import EngineProcess, WeightSets, greedy, start_engine
+from tests.support.sidecar import content_store, head_of_folder
 from trainers.publish import Outcome, PublishConfig, Publisher
 
 SCENARIO = "pushed"
@@ -81,17 +80,8 @@ def release_with_sidecars(
     """Start a sidecar per engine that waits for pushes (``load_method``), commit
     ``folder`` as the head, let ``publisher`` push it (None: no push), and return what
     each sidecar recorded."""
-    content = ContentStore(LocalArtifactStore.in_state_dir(state_dir))
-    release = ReleaseCommitted(
-        event_id=f"commit-{state_dir.name}",
-        scenario=SCENARIO,
-        occurred_at=utc_now(),
-        producer="test-chain",
-        release_id=f"release-{state_dir.name}",
-        proposal_id=f"proposal-{state_dir.name}",
-        content_id=content.publish_dir(folder),
-        operation="training",
-    )
+    content = content_store(state_dir)
+    release = head_of_folder(state_dir, SCENARIO, folder)
 
     async def run() -> tuple[list[EngineLoaded], Outcome | None]:
         async with running(EmbeddedLog(state_dir / "log.sqlite3")) as log:

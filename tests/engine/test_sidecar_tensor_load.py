@@ -19,10 +19,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from reef.artifacts import LocalArtifactStore
-from reef.artifacts.content import ContentStore
 from reef.core import topics
-from reef.core.events import EngineLoaded, ReleaseCommitted, utc_now
+from reef.core.events import EngineLoaded
 from reef.engine.engine_client import AsyncEngineClient, EngineClient
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
@@ -30,6 +28,7 @@ from reef.modelkit.weights import read_safetensors_dir
 from reef.services.eventstore import EventStore
 from reef.sidecar.runner import Sidecar, SidecarConfig
 from tests.support.engine import EngineProcess, WeightSets, greedy, running_engine
+from tests.support.sidecar import content_store, head_of_folder
 
 SCENARIO = "colocated"
 
@@ -51,17 +50,8 @@ async def _loaded(store: EventStore, release_id: str) -> EngineLoaded:
 def load_release(state_dir: Path, engine: EngineProcess, folder: Path) -> EngineLoaded:
     """Commit ``folder`` as the scenario's head and run a tensor-configured sidecar until
     it reports the load."""
-    content = ContentStore(LocalArtifactStore.in_state_dir(state_dir))
-    release = ReleaseCommitted(
-        event_id=f"commit-{state_dir.name}",
-        scenario=SCENARIO,
-        occurred_at=utc_now(),
-        producer="test-chain",
-        release_id=f"release-{state_dir.name}",
-        proposal_id=f"proposal-{state_dir.name}",
-        content_id=content.publish_dir(folder),
-        operation="training",
-    )
+    content = content_store(state_dir)
+    release = head_of_folder(state_dir, SCENARIO, folder)
     config = SidecarConfig(
         engine_id="local",
         scenario=SCENARIO,

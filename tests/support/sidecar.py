@@ -126,6 +126,21 @@ def publish(state_dir: Path, folder: Path) -> str:
     return content_store(state_dir).publish_dir(folder)
 
 
+def head_of_folder(state_dir: Path, scenario: str, folder: Path) -> ReleaseCommitted:
+    """``folder`` published and committed as ``scenario``'s head, as the chain would
+    commit it (ids named after the state dir); the caller appends it."""
+    return ReleaseCommitted(
+        event_id=f"commit-{state_dir.name}",
+        scenario=scenario,
+        occurred_at=utc_now(),
+        producer="test-chain",
+        release_id=f"release-{state_dir.name}",
+        proposal_id=f"proposal-{state_dir.name}",
+        content_id=publish(state_dir, folder),
+        operation="training",
+    )
+
+
 def propose(
     state_dir: Path, scenario: str, parent: str, content_id: str, *, pending: bool = False
 ) -> str:
