@@ -12,7 +12,11 @@ Order of work, written down once (what a crash between two steps means is in bra
 2. Read ``reef.samples`` from the group's committed offsets. A sample of a scenario
    bound to another recipe, or already consumed by a committed release, is skipped; one
    the recipe does not admit (score window, staleness, missing group key, no training
-   signal) is skipped with its reason counted; the rest wait in the batcher.
+   signal) is skipped with its reason counted; the rest wait in the batcher. A sample
+   served by a release the chain has not committed yet (a scenario's creation release is
+   committed by the chain processor after the API serves it, so the join can get there
+   first) is held, its offset pending, and admitted on a later catch-up; after
+   ``release_wait_s`` it is skipped as ``unknown_release``.
 3. When a scenario has a full batch (or ``max_wait_s`` passed without a new sample):
    drop waiting samples that became stale or consumed, take the batch, materialise the
    head release and let the recipe produce a candidate from it (worker thread).
@@ -81,6 +85,10 @@ from trainers.publish import Publisher, publishes
 logger = logging.getLogger("reef.trainer")
 
 POLL_SECONDS = 0.2
+#: how long a sample served by a release the chain has not committed yet is held before it
+#: is skipped as ``unknown_release``: a scenario's creation release is committed by the
+#: chain processor after the API already serves it, so the join can get there first
+RELEASE_WAIT_S = 60.0
 #: evaluations remembered (by candidate id / release content id)
 EVALUATIONS_KEPT = 256
 
@@ -96,6 +104,8 @@ class TrainerConfig:
     work_dir: Path
     #: partitions of ``reef.samples`` this trainer owns (None: all of them)
     partitions: tuple[int, ...] | None = None
+    #: seconds a sample of a release the chain does not know yet waits for it
+    release_wait_s: float = RELEASE_WAIT_S
 
     @property
     def group(self) -> str:
@@ -131,6 +141,9 @@ class Trainer:
         self._read: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self._pending: dict[str, tuple[int, int]] = {}
+        #: samples held until the chain commits the release that served them: id → (first
+        #: seen, monotonic; the sample); their offsets stay in ``_pending``
+        self._unresolved: dict[str, tuple[float, Sample]] = {}
         self._evaluations: dict[str, Evaluation] = {}
         self._queue: asyncio.Queue[LogRecord] = asyncio.Queue(maxsize=1000)
         self._observed = 0  # committed releases fed to an observing recipe
@@ -205,11 +218,13 @@ class Trainer:
             try:
                 record = await asyncio.wait_for(self._queue.get(), wait or 1.0)
             except TimeoutError:  # full batches held back by a live rollout are retried
+                await self._admit_unresolved()
                 await self._train_ready(partial=wait is not None)
                 await self._commit()
                 continue
             await self._ingest(record)
             if self._queue.empty():
+                await self._admit_unresolved()
                 await self._train_ready(partial=False)
                 await self._commit()
 
@@ -232,7 +247,11 @@ class Trainer:
         if not trains(event):  # it holds a shadow copy: it scored a candidate, it never trains
             self._skip(event.event_id, event.scenario, "shadow_exchange")
             return
-        if event.event_id in view.consumed or event.event_id in self.batcher:
+        if (
+            event.event_id in view.consumed
+            or event.event_id in self.batcher
+            or event.event_id in self._unresolved
+        ):
             if event.event_id in view.consumed:
                 self.progress.skip(event.event_id, event.scenario, "already_consumed")
             return
@@ -257,6 +276,9 @@ class Trainer:
 
     def _admit(self, sample: Sample) -> None:
         reason = self._reason(sample)
+        if reason == "unknown_release" and self._wait_for_release(sample):
+            return
+        self._unresolved.pop(sample.sample_id, None)
         if reason is not None:
             self._skip(sample.sample_id, sample.scenario, reason)
             return
@@ -267,6 +289,27 @@ class Trainer:
             return
         self.batcher.add(sample, group)
         self._pending[sample.sample_id] = (sample.partition, sample.offset)
+
+    def _wait_for_release(self, sample: Sample) -> bool:
+        """Hold a sample whose serving release the chain has not committed (yet); False
+        once it has waited ``release_wait_s`` (then it is skipped as ``unknown_release``)."""
+        now = time.monotonic()
+        since = self._unresolved.get(sample.sample_id, (now, sample))[0]
+        if now - since >= self.config.release_wait_s:
+            return False
+        self._unresolved[sample.sample_id] = (since, sample)
+        self._pending[sample.sample_id] = (sample.partition, sample.offset)
+        return True
+
+    async def _admit_unresolved(self) -> None:
+        """Admit held samples whose release the chain has committed since (or that waited
+        long enough to be skipped)."""
+        if not self._unresolved:
+            return
+        await self._catch_up()
+        for _, sample in list(self._unresolved.values()):
+            self._pending.pop(sample.sample_id, None)
+            self._admit(sample)
 
     def _reason(self, sample: Sample) -> str | None:
         if sample.sample_id in self.follower.view.consumed:
@@ -582,6 +625,7 @@ class Trainer:
         self.follower = ChainFollower(self.store)
         self.batcher = Batcher(self.recipe.config.batching)
         self._pending.clear()
+        self._unresolved.clear()
         self._queue = asyncio.Queue(maxsize=1000)
         self._observed = 0  # the new view replays the chain; observers ignore repeats
 
@@ -590,6 +634,7 @@ class Trainer:
     def status(self) -> dict[str, Any]:
         """Counters for GET /reef/status and ``reef trainer`` logs."""
         body = self.progress.as_json(len(self._pending))
+        body["samples_waiting_for_release"] = len(self._unresolved)
         body["committed_offsets"] = {str(p): o for p, o in sorted(self._committed.items()) if o}
         return body
 

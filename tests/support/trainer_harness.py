@@ -125,9 +125,13 @@ class Harness:
         )
         return sample_id
 
-    def trainer(self, config: dict[str, Any], *, recipe_name: str = FAKE) -> Trainer:
+    def trainer(
+        self, config: dict[str, Any], *, recipe_name: str = FAKE, release_wait_s: float = 60.0
+    ) -> Trainer:
         recipe = build_recipe(recipe_name, config)
-        trainer_config = TrainerConfig(recipe_name, "test", self.tmp / "trainer")
+        trainer_config = TrainerConfig(
+            recipe_name, "test", self.tmp / "trainer", release_wait_s=release_wait_s
+        )
         return Trainer(recipe, self.store, self.content, trainer_config)
 
     async def events(self, topic: str) -> list[Event]:
@@ -153,10 +157,11 @@ async def embedded_world(state: Path) -> AsyncIterator[Harness]:
     chain = EmbeddedRuntime(log, ReleaseChainProcessor(), idle_wait=0.05)
     await chain.start()
     content = ContentStore(LocalArtifactStore.in_state_dir(state))
+    world = Harness(state, log, store, chain, content)
     try:
-        yield Harness(state, log, store, chain, content)
+        yield world
     finally:
-        await chain.close()
+        await world.chain.close()  # a test may have replaced it
         await log.close()
 
 

@@ -17,9 +17,10 @@ from reef.core import topics
 from reef.core.chain import ReleaseChainProcessor
 from reef.core.events import (
     ReleaseProposed,
+    ScenarioCreated,
     utc_now,
 )
-from reef.core.ids import EMPTY_CONTENT_ID, new_record_id
+from reef.core.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_id
 from reef.hosts.embedded import EmbeddedRuntime
 from tests.support.trainer_harness import FAKE, Harness, until
 
@@ -323,3 +324,57 @@ async def test_a_stop_that_arrives_as_a_failure_ends_the_supervisor() -> None:
     with pytest.raises(RuntimeError, match="Lock is not acquired"):
         await asyncio.wait_for(task, 2.0)
     assert trainer.runs == 1
+
+
+# ---------------------------------------------------------------------------
+# A sample that arrives before the chain committed the release that served it
+
+
+async def _created_without_chain(harness: Harness, scenario: str) -> str:
+    """The scenario's creation, appended while the chain processor is stopped (as when it
+    lags behind the join): the creation release is served but not committed yet."""
+    await harness.chain.close()
+    initial = release_id(scenario, None, EMPTY_CONTENT_ID, "creation")
+    await harness.store.append(
+        ScenarioCreated(
+            event_id=derived_id("scenario", scenario),
+            scenario=scenario,
+            occurred_at=utc_now(),
+            producer="test",
+            recipe=FAKE,
+            initial_release_id=initial,
+        )
+    )
+    return initial
+
+
+async def test_a_sample_of_a_release_not_committed_yet_waits_for_the_chain(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await _created_without_chain(harness, "s")
+    sample = await harness.sample("s", r0)
+    trainer = harness.trainer({"batching": {"batch_size": 1}})
+    async with running(trainer):
+        await until(lambda: trainer.status()["samples_waiting_for_release"] == 1)
+        await asyncio.sleep(1.5)  # a few catch-ups: still held, never skipped
+        status = trainer.status()
+        assert status["samples_pending"] == 1 and not status["samples_skipped"], status
+        harness.chain = EmbeddedRuntime(harness.log, ReleaseChainProcessor(), idle_wait=0.05)
+        await harness.chain.start()  # the chain catches up: r0 committed
+        await until(lambda: trainer.status()["candidates"]["accepted"] == 1)
+    (release,) = await harness.committed()
+    assert release.parent_release_id == r0 and release.sample_ids == [sample]
+    assert trainer.status()["samples_waiting_for_release"] == 0
+
+
+async def test_a_sample_of_a_release_never_committed_is_skipped_after_the_wait(
+    harness: Harness, running: Any
+) -> None:
+    r0 = await _created_without_chain(harness, "s")
+    await harness.sample("s", r0)
+    trainer = harness.trainer({"batching": {"batch_size": 1}}, release_wait_s=1.0)
+    async with running(trainer):
+        await until(lambda: trainer.status()["samples_skipped"].get("unknown_release") == 1)
+        status = trainer.status()
+        assert status["samples_pending"] == 0 and status["samples_waiting_for_release"] == 0
+        await until(lambda: bool(trainer.status()["committed_offsets"]))  # not held back
