@@ -223,6 +223,11 @@ def server_env(
     return env
 
 
+def running_servers_output() -> list[str]:
+    """The output of every launched server still running (shown with a failed test)."""
+    return [server.output() for server in _LAUNCHED if not server.stopped and not server.died()]
+
+
 @pytest.fixture(autouse=True)
 def _servers_stay_up() -> Iterator[None]:
     """Fail loudly, with its output, when a server died during a test."""
