@@ -15,7 +15,8 @@ Order of work, written down once:
    the exchanges the API routes to it (``x-reef-serve-release``) are answered by it and
    report it; the slot is unloaded when the rollout ends. A slot that fails to load is
    retried every ``check_seconds``; meanwhile the head answers those exchanges and they
-   are recorded as the head's (``served_release_id``).
+   are recorded as the head's (``served_release_id``). A slot the engine no longer holds
+   (it restarted on its base weights) is loaded again on the next round.
 
 One task follows the log and only folds it; one loop loads. A load that keeps failing
 (a corrupted artifact, an unreachable engine) retries with backoff until it succeeds or
@@ -190,7 +191,7 @@ class Sidecar:
     async def _converge_slot(self) -> None:
         """Load the wanted candidate into the slot (unloading the one there before)."""
         wanted = self.wanted_slot()
-        if wanted == self.slot:
+        if wanted == self.slot and not await self._slot_lost():
             return
         try:
             if self.slot is not None:
@@ -202,6 +203,24 @@ class Sidecar:
                 await self._load_slot(wanted)
         except (ReefError, OSError) as exc:  # retried on the next round
             logger.warning("slot %s: %s", wanted, exc)
+
+    async def _slot_lost(self) -> bool:
+        """Whether the engine no longer holds the slot this sidecar loaded (it restarted,
+        or someone unloaded it): then it is loaded again. An engine that does not answer
+        has lost nothing yet."""
+        if self.slot is None:
+            return False
+        try:
+            held = await self.engine.loaded_adapters()
+        except (ReefError, OSError):
+            return False
+        if self.slot in held:
+            return False
+        logger.warning(
+            "engine %s lost its canary slot %s; loading it again", self.config.engine_id, self.slot
+        )
+        self.slot = None
+        return True
 
     async def _load_slot(self, release: str) -> None:
         folder = weights_folder(await asyncio.to_thread(self._materialise, self._contents[release]))

@@ -7,7 +7,9 @@
   starts a 50% canary; the sidecar loads it into the slot; every tagged session is
   answered by the arm ``reef.core.routing`` draws for it, with that arm's own greedy
   output, and recorded as served by it (``served_release_id``: the engine's report, not
-  the routing label). A rollback unloads the slot and every session is the head's again.
+  the routing label). An engine that loses the slot (unloaded behind the sidecar's back,
+  as a restart loses it) gets it back; a rollback unloads the slot and every session is
+  the head's again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reef.core import topics
@@ -124,6 +127,18 @@ def test_the_engine_serves_the_canary_from_its_slot_and_receipts_say_so(
             assert records[receipt].served_release_id == release
             assert records[receipt].weight_version == release
 
+        # the engine loses the slot (as when it restarts on its base weights): the sidecar
+        # notices on its next round and loads it again
+        lost = httpx.post(
+            f"{engine_url_of(reef)}/unload_lora_adapter", json={"lora_name": candidate}, timeout=30
+        )
+        assert lost.status_code == 200 and lost.json()["success"], lost.text
+        wait_until(
+            "the sidecar to load the lost slot again",
+            lambda: served(reef, scenario, to_candidate)[1:] == (candidate, candidate_answer),
+            timeout=60,
+        )
+
         with reef_client(reef) as client:
             rolled = client.post(
                 f"/reef/scenarios/{scenario}/rollouts/{rollout['rollout_id']}/rollback"
@@ -136,6 +151,22 @@ def test_the_engine_serves_the_canary_from_its_slot_and_receipts_say_so(
         )
     finally:
         reef.stop()
+
+
+def engine_url_of(reef: ReefProcess) -> str:
+    """The URL of the local engine ``reef serve`` started as its child (``--port N``)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(status.split("PPid:")[1].split()[0])
+        if ppid == reef.managed.pid and b"engine" in argv and b"--port" in argv:
+            return f"http://127.0.0.1:{int(argv[argv.index(b'--port') + 1])}"
+    raise AssertionError("reef serve has no engine child")
 
 
 def propose_pending(state: Path, scenario: str, parent: str, content: str) -> str:
