@@ -3,8 +3,9 @@
 Every :data:`CHECK_INTERVAL_S` it appends the deadline decisions
 :func:`reef.core.rollout_deadlines.overdue_decisions` finds in the API's own projection
 of ``reef.releases``, with the controller's live figures of the rollout when its host
-holds them. A failed check (the log unavailable) is logged and retried at the next
-tick; the projection shows the decision once it is in the log, so a decision is not
+holds them. A failed check (the log unavailable, or a defect: anything but
+cancellation) is logged and retried at the next tick, so deadlines are never silently
+left unenforced; the projection shows the decision once it is in the log, so a decision is not
 appended twice by one process, and replicas racing append the same fact.
 """
 
@@ -33,6 +34,8 @@ async def watch_rollout_deadlines(ctx: AppContext, interval_s: float = CHECK_INT
             await append_overdue(ctx)
         except ReefError as exc:
             logger.warning("rollout deadline check failed (retried): %s", exc)
+        except Exception:  # a defect must not end deadline enforcement for good
+            logger.exception("rollout deadline check failed unexpectedly (retried)")
 
 
 async def append_overdue(ctx: AppContext) -> int:
