@@ -38,6 +38,7 @@ from tests.support.learning_loop import (
     TRAIN_BATCH,
     WORDS,
     Loop,
+    copy_warm_start,
     engine_env,
     write_recipe,
 )
@@ -140,7 +141,7 @@ def test_grpo_raises_what_a_qwen3_folder_serves_from_scores_alone(
     Measured (2 cores): 0.004 -> 0.336 after 2 rounds, both committed, the same figures
     in every run. Offline (the same warm start, training and gate; round sampler seeded
     1-8): 0.09-0.34 after 2 rounds, at least 0.085 after the first."""
-    warm = copy_warm_start_of(folders["qwen3"], tmp_path / "warm-start")
+    warm = copy_warm_start(tmp_path / "warm-start", base_model=str(folders["qwen3"]), rounds=4)
     scenario = unique_scenario("qwen3-grpo")
     config = write_recipe(
         tmp_path,
@@ -180,26 +181,6 @@ def test_grpo_raises_what_a_qwen3_folder_serves_from_scores_alone(
     committed = [s["release_id"] for s in steps if s["outcome"] == "committed"]
     assert committed and committed[-1] == after[0], (steps, after)
     assert after[1] >= before[1] + GRPO_RISE, (before, after)
-
-
-def copy_warm_start_of(folder: Path, out: Path, rounds: int = 4) -> Path:
-    """The folder after a short imitation warm-up on the copy task (``rounds`` x 30
-    AdamW steps on 32 training words each, Reef's own sft training as in
-    tests/support/learning_loop.copy_warm_start): it answers "First letter of: <word>"
-    with a few letters, almost never the first letter alone."""
-    from recipes.training import SftTraining
-    from trainers.backends.torch_backend import train_sft
-
-    rng = random.Random(99)
-    parent: Path | None = None
-    options = SftTraining(base_model=str(folder), steps=30, learning_rate=3e-3)
-    for index in range(rounds):
-        words = rng.sample(TRAIN, 32)
-        examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
-        train_sft(parent, examples, out / f"round-{index}", options)
-        parent = out / f"round-{index}"
-    assert parent is not None
-    return parent
 
 
 def scored_round(loop: Loop, rng: random.Random, tag: str) -> None:

@@ -68,24 +68,31 @@ def prompt(word: str) -> str:
 WARM_ROUNDS = 8
 
 
-def copy_warm_start(folder: Path) -> Path:
-    """Weights for a creation release: the tiny model after a short imitation warm-up on
-    the *copy* task (8 x 30 AdamW steps on 32 training words each). It has never seen
-    "First letter of: <word>", to which it answers with (a garbled copy of) the whole
-    word: held-out score ~0.06-0.1 (partial credit for the first letter). From the random
-    tiny model a policy gradient has nothing to work with: it never samples a right
-    answer (reference/learning-notes.md). Deterministic: the e2e suite builds it once
-    (``copy_warm_start_dir``, tests/e2e/conftest.py) for the grpo and sao tests."""
+def copy_warm_start(
+    folder: Path, *, base_model: str | None = None, rounds: int = WARM_ROUNDS
+) -> Path:
+    """Weights for a creation release: the model (the tiny one, or the ``base_model``
+    folder) after a short imitation warm-up on the *copy* task (``rounds`` x 30 AdamW
+    steps on 32 training words each), written under ``folder``. It has never seen
+    "First letter of: <word>", to which the tiny model answers with (a garbled copy of)
+    the whole word: held-out score ~0.06-0.1 (partial credit for the first letter). From
+    the random tiny model a policy gradient has nothing to work with: it never samples a
+    right answer (reference/learning-notes.md). Deterministic: the e2e suite builds the
+    tiny one once (``copy_warm_start_dir``, tests/e2e/conftest.py) for the grpo and sao
+    tests."""
     from recipes.training import SftTraining
     from trainers.backends.torch_backend import train_sft
 
     rng = random.Random(99)
+    options = SftTraining(steps=30, learning_rate=3e-3)
+    if base_model is not None:
+        options = SftTraining(base_model=base_model, steps=30, learning_rate=3e-3)
     parent: Path | None = None
-    for index in range(WARM_ROUNDS):
+    for index in range(rounds):
         words = rng.sample(TRAIN, 32)
         examples = [([{"role": "user", "content": COPY.prompt(w)}], w) for w in words]
         out = folder / f"warm-{index}"
-        train_sft(parent, examples, out, SftTraining(steps=30, learning_rate=3e-3))
+        train_sft(parent, examples, out, options)
         parent = out
     assert parent is not None
     return parent
