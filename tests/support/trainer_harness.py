@@ -52,6 +52,13 @@ class Harness:
                 await asyncio.sleep(0.02)
 
     async def create(self, scenario: str, recipe: str = FAKE) -> str:
+        initial = await self.scenario_created(scenario, recipe)
+        await self.settle()
+        return initial
+
+    async def scenario_created(self, scenario: str, recipe: str = FAKE) -> str:
+        """Append the scenario's creation (the chain commits its release when it runs);
+        returns that release's id."""
         initial = release_id(scenario, None, EMPTY_CONTENT_ID, "creation")
         await self.store.append(
             ScenarioCreated(
@@ -63,7 +70,6 @@ class Harness:
                 initial_release_id=initial,
             )
         )
-        await self.settle()
         return initial
 
     async def move_head(self, scenario: str, parent: str, score: float) -> str:

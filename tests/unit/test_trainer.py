@@ -17,10 +17,9 @@ from reef.core import topics
 from reef.core.chain import ReleaseChainProcessor
 from reef.core.events import (
     ReleaseProposed,
-    ScenarioCreated,
     utc_now,
 )
-from reef.core.ids import EMPTY_CONTENT_ID, derived_id, new_record_id, release_id
+from reef.core.ids import EMPTY_CONTENT_ID, new_record_id
 from reef.hosts.embedded import EmbeddedRuntime
 from tests.support.trainer_harness import FAKE, Harness, until
 
@@ -334,18 +333,7 @@ async def _created_without_chain(harness: Harness, scenario: str) -> str:
     """The scenario's creation, appended while the chain processor is stopped (as when it
     lags behind the join): the creation release is served but not committed yet."""
     await harness.chain.close()
-    initial = release_id(scenario, None, EMPTY_CONTENT_ID, "creation")
-    await harness.store.append(
-        ScenarioCreated(
-            event_id=derived_id("scenario", scenario),
-            scenario=scenario,
-            occurred_at=utc_now(),
-            producer="test",
-            recipe=FAKE,
-            initial_release_id=initial,
-        )
-    )
-    return initial
+    return await harness.scenario_created(scenario)
 
 
 async def test_a_sample_of_a_release_not_committed_yet_waits_for_the_chain(
