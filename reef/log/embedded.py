@@ -7,7 +7,8 @@ Commit order (group commit, written down once here):
 
 1. ``append``/``append_many`` queue their records with a future and wait.
 2. The single writer task takes everything queued (up to ``max_batch`` records) and,
-   in the writer thread, opens ``BEGIN IMMEDIATE`` (the cross-process write lock),
+   in the writer thread, opens ``BEGIN IMMEDIATE`` (the cross-process write lock,
+   waited for in short steps: :mod:`reef.log.embedded_lock`),
    reads the touched partitions' next offsets, inserts the records
    (:func:`reef.log.embedded_batch.write_batch`: a few statements whatever the batch
    size) and ``COMMIT``s. ``journal_mode=WAL`` + ``synchronous=FULL`` make the commit
@@ -49,6 +50,7 @@ from reef.core.errors import LogError, LogUnavailableError, UnknownTopicError
 from reef.core.topics import COMPACTED_TOPICS
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 from reef.log.embedded_batch import write_batch
+from reef.log.embedded_lock import begin_immediate, impatient, patient
 
 logger = logging.getLogger("reef.log")
 
@@ -179,6 +181,7 @@ class EmbeddedLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = await self._in_writer(lambda: connect(self.path))
         await self._in_writer(lambda: self._db().executescript(_SCHEMA))
+        await self._in_writer(lambda: impatient(self._db()))  # reef.log.embedded_lock
         await self._load_topics()
         self._queue = asyncio.Queue()
         self._writer_task = asyncio.create_task(self._writer_loop(), name="reef-log-writer")
@@ -205,10 +208,11 @@ class EmbeddedLog:
     async def ensure_topics(self, topics: Sequence[str]) -> None:
         def create() -> None:
             db = self._db()
-            db.executemany(
-                "INSERT OR IGNORE INTO topics (name, partitions) VALUES (?, ?)",
-                [(name, self._partitions) for name in topics],
-            )
+            with patient(db):
+                db.executemany(
+                    "INSERT OR IGNORE INTO topics (name, partitions) VALUES (?, ?)",
+                    [(name, self._partitions) for name in topics],
+                )
 
         await self._in_writer(create)
         await self._load_topics()
@@ -344,7 +348,7 @@ class EmbeddedLog:
 
         def write() -> None:
             db = self._db()
-            db.execute("BEGIN IMMEDIATE")
+            begin_immediate(db)
             try:
                 db.executemany(
                     "INSERT INTO consumer_offsets (grp, topic, partition, next_offset) "
@@ -398,7 +402,9 @@ class EmbeddedLog:
         """
 
         def checkpoint() -> bool:
-            busy, _, _ = self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            db = self._db()
+            with patient(db):  # waits for readers of old snapshots
+                busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             return int(busy) == 0
 
         return await self._guarded(checkpoint)
@@ -507,7 +513,7 @@ class EmbeddedLog:
         self, records: list[PendingAppend], work: Callable[[sqlite3.Connection], None] | None = None
     ) -> list[Position]:
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
+        begin_immediate(db)
         try:
             if work is not None:
                 work(db)
