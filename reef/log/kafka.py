@@ -55,6 +55,7 @@ class KafkaLog:
         self._append_timeout_s = append_timeout_s
         #: per-topic configs over the defaults (the compacted key topic), unprefixed names
         self._topic_configs = {t: dict(c) for t, c in (topic_configs or {}).items()}
+        self._offsets = _OffsetClients(bootstrap, client_id, request_timeout_ms)
 
     @property
     def partitions(self) -> int:
@@ -78,6 +79,7 @@ class KafkaLog:
         self._producer = producer
 
     async def close(self) -> None:
+        await self._offsets.close()
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.stop()
@@ -161,9 +163,13 @@ class KafkaLog:
         return [Position(self._untag(m.topic), m.partition, m.offset) for m in metadata]
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
-        async with self._consumer() as consumer:
-            tps = await self._partitions_of(consumer, self._t(topic))
-            ends = await consumer.end_offsets(tps)
+        async with self._offset_clients() as clients:
+            consumer = await clients.consumer()
+            try:
+                tps = await self._partitions_of(consumer, self._t(topic))
+                ends = await consumer.end_offsets(tps)
+            except KafkaError as exc:
+                raise clients.failed(exc) from exc
         return {tp.partition: int(offset) for tp, offset in ends.items()}
 
     async def read(
@@ -208,13 +214,16 @@ class KafkaLog:
 
     async def committed(self, group: str, topic: str) -> dict[int, int]:
         """The committed offsets of ``group`` (namespaced by the prefix, like topics)."""
-        async with self._consumer(group=self._t(group)) as consumer:
-            out: dict[int, int] = {}
-            for tp in await self._partitions_of(consumer, self._t(topic)):
-                offset = await consumer.committed(tp)
-                if offset is not None:
-                    out[tp.partition] = int(offset)
-        return out
+        async with self._offset_clients() as clients:
+            consumer = await clients.consumer()
+            admin = await clients.admin()
+            try:
+                tps = await self._partitions_of(consumer, self._t(topic))
+                found = await admin.list_consumer_group_offsets(self._t(group), partitions=tps)
+            except KafkaError as exc:
+                raise clients.failed(exc) from exc
+        # -1: no offset committed for that partition
+        return {tp.partition: int(meta.offset) for tp, meta in found.items() if meta.offset >= 0}
 
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         async with self._consumer(group=self._t(group)) as consumer:
@@ -265,6 +274,19 @@ class KafkaLog:
         if self._producer is None:
             raise LogUnavailableError("the Kafka log is not started")
         return self._producer
+
+    @contextlib.asynccontextmanager
+    async def _offset_clients(self) -> AsyncIterator[_OffsetClients]:
+        """The kept offset clients of a started log (stopped by :meth:`close`); a log
+        that was never started is never closed either, so it gets clients for one question."""
+        if self._producer is not None:
+            yield self._offsets
+            return
+        clients = _OffsetClients(self.bootstrap, self._client_id, self._request_timeout_ms)
+        try:
+            yield clients
+        finally:
+            await clients.close()
 
     @contextlib.asynccontextmanager
     async def _consumer(self, group: str | None = None) -> AsyncIterator[AIOKafkaConsumer]:
@@ -319,6 +341,80 @@ async def delete_prefixed_topics(bootstrap: str, prefix: str) -> list[str]:
     finally:
         await admin.close()
     return mine
+
+
+class _OffsetClients:
+    """A consumer (no group, ``read_committed``) and an admin client for offset questions,
+    started at the first question and kept until the log closes.
+
+    The API asks for every processor's lag every 2 seconds (end offsets and the
+    group's committed offsets of each input topic); a client started for each question
+    (connection, metadata, coordinator look-up, then stopped) cost the serving event
+    loop ~20 ms of CPU per topic, in bursts that held requests back.
+    """
+
+    def __init__(self, bootstrap: str, client_id: str, request_timeout_ms: int) -> None:
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._request_timeout_ms = request_timeout_ms
+        self._consumer: AIOKafkaConsumer | None = None
+        self._admin: AIOKafkaAdminClient | None = None
+        self._starting = asyncio.Lock()
+
+    async def consumer(self) -> AIOKafkaConsumer:
+        async with self._starting:
+            if self._consumer is None:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self._bootstrap,
+                    client_id=self._client_id,
+                    isolation_level="read_committed",
+                    enable_auto_commit=False,
+                    request_timeout_ms=self._request_timeout_ms,
+                )
+                await self._started(consumer)
+                self._consumer = consumer
+            return self._consumer
+
+    async def admin(self) -> AIOKafkaAdminClient:
+        async with self._starting:
+            if self._admin is None:
+                admin = AIOKafkaAdminClient(
+                    bootstrap_servers=self._bootstrap,
+                    client_id=self._client_id,
+                    request_timeout_ms=self._request_timeout_ms,
+                )
+                await self._started(admin)
+                self._admin = admin
+            return self._admin
+
+    async def _started(self, client: AIOKafkaConsumer | AIOKafkaAdminClient) -> None:
+        try:
+            await client.start()
+        except BaseException as exc:  # also a timeout's cancellation: never leak the client
+            await asyncio.shield(_stop(client))
+            if isinstance(exc, KafkaError):
+                raise self.failed(exc) from exc
+            raise
+
+    def failed(self, exc: KafkaError) -> Exception:
+        if isinstance(exc, UnknownTopicOrPartitionError):
+            return UnknownTopicError(f"unknown topic: {exc}")
+        return LogUnavailableError(f"cannot read offsets from Kafka at {self._bootstrap}: {exc}")
+
+    async def close(self) -> None:
+        async with self._starting:
+            consumer, self._consumer = self._consumer, None
+            admin, self._admin = self._admin, None
+        for client in (consumer, admin):
+            if client is not None:
+                await _stop(client)
+
+
+async def _stop(client: AIOKafkaConsumer | AIOKafkaAdminClient) -> None:
+    if isinstance(client, AIOKafkaAdminClient):
+        await client.close()
+    else:
+        await client.stop()
 
 
 def _translate(exc: KafkaError) -> Exception:
