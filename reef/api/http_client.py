@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from reef.core.errors import ReefError
+
 #: an idle connection older than this is closed instead of reused
 IDLE_SECONDS: Final = 2.0
 #: reading pauses while this many bytes of a reply wait for the relay
@@ -40,7 +42,7 @@ _HIGH_WATER: Final = 1 << 18
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
-class HttpClientError(Exception):
+class HttpClientError(ReefError):
     """Base of this client's failures."""
 
 

@@ -19,6 +19,11 @@
     ├── TrainerError                a trainer cannot go on (trainers.consumer)
     ├── JudgeError                  a judge request failed (reef.services.judge_client)
     ├── UpstreamBrokeError          the upstream's reply broke off while relayed (reef.api.upstream)
+    ├── HttpClientError             the relay's HTTP client failed (reef.api.http_client), each
+    │   │                           translated in reef.api.upstream
+    │   ├── ConnectFailed           no connection: nothing was sent
+    │   ├── TimedOut                no connection, or no byte, within its timeout
+    │   └── ReplyBroken             the reply ended or was unparseable before it was whole
     ├── HarnessTreeError            a harness tree cannot be rendered (reef.harness)
     │   ├── UnknownAdapterError     no adapter by that name
     │   ├── AdapterRefusedError     the adapter does not render an entry's kind
