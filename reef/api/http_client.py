@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+import weakref
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
@@ -65,6 +66,12 @@ class Reply:
         self._connection = connection
         self.status: int = connection.status
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(connection.headers)
+        # A reply dropped unreleased (a relay cancelled before it began) must still give
+        # its slot back and close its connection, or the pool would run dry: done when
+        # the reply is collected, in the loop's thread (collection may run in any thread)
+        self._dropped = weakref.finalize(
+            self, _finish_soon, asyncio.get_running_loop(), connection
+        )
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
@@ -91,7 +98,13 @@ class Reply:
 
     def release(self) -> None:
         """Give the connection back to the pool (a reply read to its end) or close it."""
+        self._dropped.detach()  # the connection may serve another request from now on
         self._connection.finish()
+
+
+def _finish_soon(loop: asyncio.AbstractEventLoop, connection: _Connection) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(connection.finish)
 
 
 class HttpClient:

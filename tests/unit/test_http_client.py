@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import gc
 import gzip
 import ipaddress
 import ssl
@@ -282,3 +283,22 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+async def test_a_reply_dropped_unreleased_gives_its_slot_back(serve: Serve) -> None:
+    """A relay cancelled before it began never releases its reply: the slot and the
+    connection come back when the reply is collected, so the pool never runs dry."""
+
+    async def stream(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+
+    server = await serve(stream)
+    c = client(limit=1)
+    for _ in range(3):  # each would wait for ever for the one slot if it leaked
+        answer = await asyncio.wait_for(c.request("POST", server.url, {}, b"{}"), 5)
+        assert answer.status == 200
+        del answer
+        gc.collect()
+        await asyncio.sleep(0)  # the finaliser's call_soon_threadsafe runs here
+    assert server.connections == 3  # each dropped mid-body: closed, never reused
+    await c.close()
