@@ -141,6 +141,8 @@ class HttpClient:
         authority = parts.netloc.rpartition("@")[2]
         lines = [f"{method} {target} HTTP/1.1", f"host: {authority}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
+        if any("\r" in line or "\n" in line for line in lines):  # never split a request
+            raise ConnectFailed("a header or the URL holds a line break: not sent")
         lines += ["accept-encoding: identity", f"content-length: {len(body or b'')}", "", ""]
         payload = "\r\n".join(lines).encode("latin-1") + (body or b"")
         await self._slots.acquire()

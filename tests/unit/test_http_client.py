@@ -200,6 +200,8 @@ async def test_failures_are_told_apart(serve: Serve) -> None:
         await get(c, server.url, b"garbage")
     with pytest.raises(ConnectFailed):
         await get(c, dead_url() + "/v1/chat")
+    with pytest.raises(ConnectFailed, match="line break"):  # never a second request
+        await c.request("POST", server.url, {"x-a": "1\r\nx-injected: 2"}, b"{}")
     assert await get(c, server.url) == (200, b"fine", None)  # the pool still serves
     await c.close()
 
