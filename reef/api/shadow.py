@@ -128,6 +128,9 @@ class ShadowCopies:
         for task in late:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # a task that ended while an earlier one was awaited has its done-callback still
+        # queued: once closed, none is in flight, whatever the callbacks' order
+        self._tasks.difference_update(late)
 
     async def _copy(self, ctx: ShadowContext, request: ShadowRequest) -> None:
         started = time.perf_counter()
