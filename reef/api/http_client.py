@@ -212,7 +212,6 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._lost = False
         self._idle_since = 0.0
-        self._header_name = b""
         self._timeout = 0.0
         self._paused = False
         self._finished = True
@@ -284,7 +283,10 @@ class _Connection(asyncio.Protocol):
         if self._finished:
             return
         self._finished = True
+        # a reply released before its buffered body was read may have paused reading:
+        # such a connection would never hear its next reply, so it is closed
         keep = self._complete and self._failure is None and self._keep_alive
+        keep = keep and not self._paused
         self._idle_since = time.monotonic()
         self.client._returned(self, keep and not self._lost)
 

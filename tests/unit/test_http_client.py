@@ -304,3 +304,40 @@ async def test_a_reply_dropped_unreleased_gives_its_slot_back(serve: Serve) -> N
         await asyncio.sleep(0)  # the finaliser's call_soon_threadsafe runs here
     assert server.connections == 3  # each dropped mid-body: closed, never reused
     await c.close()
+
+
+async def test_a_reply_read_whole_while_reading_paused_is_not_kept_paused() -> None:
+    """A body that crossed the pause mark and ended in the same read completes while the
+    transport is paused; released unread, that connection must not go back to the pool
+    (its next reply would never be read)."""
+
+    class Transport:
+        paused = False
+        closed = False
+
+        def write(self, data: bytes) -> None:
+            pass
+
+        def pause_reading(self) -> None:
+            self.paused = True
+
+        def resume_reading(self) -> None:
+            self.paused = False
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+        def close(self) -> None:
+            self.closed = True
+
+    c = client(limit=1)
+    await c._slots.acquire()  # as request() does before it uses a connection
+    connection = http_client._Connection(c, ("http", "127.0.0.1", 1))
+    transport = Transport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.start(b"POST / HTTP/1.1\r\n\r\n", 1.0)
+    big = b"x" * (http_client._HIGH_WATER + 1)
+    connection.data_received(reply(big))  # headers, the whole body and its end at once
+    assert transport.paused
+    connection.finish()  # released without reading a byte of it
+    assert transport.closed and not c._idle.get(("http", "127.0.0.1", 1))
