@@ -10,11 +10,11 @@ can only be slower than this. Replay does the decode and the step for each input
 so its floor per event is half of (decode + step) per report.
 
 The codec's stages are also timed on its reference path (fastavro, validating on encode:
-what every record took before the compiled plans of :mod:`reef.avro_plan`), in the same
-run. Stages are timed in CPU time of this process (``time.process_time``): the cost per event
+the path the compiled plans of :mod:`reef.avro_plan` stand in for), in the same run.
+Stages are timed in CPU time of this process (``time.process_time``): the cost per event
 is what this measures, and on a shared machine wall time also counts the time other
 processes held the core. Prints the best of ``--repeat`` passes per stage, the floor in
-reports/s and events/s on one core, and each target of issue 12 as a share of that floor
+reports/s and events/s on one core, and each throughput target as a share of that floor
 (a share above 100% means the target cannot be met by any host of this design on this
 machine).
 """
@@ -36,7 +36,7 @@ from reef.core.state import DictState
 from reef.settings import Settings
 from reef.testing.events import inference, receipt, report
 
-#: issue 12's targets: (row, unit, value per second)
+#: the join's throughput targets: (row, unit, value per second)
 TARGETS = (
     ("embedded host", "reports/s", 20_000),
     ("Kafka host", "reports/s", 5_000),
@@ -44,8 +44,8 @@ TARGETS = (
 )
 
 
-#: the codec's reference path (fastavro, with validation on encode): what every record
-#: took before the compiled plans, timed in the same run for the comparison
+#: the codec's reference path (fastavro, with validation on encode), the path the compiled
+#: plans stand in for, timed in the same run for the comparison
 REFERENCE_DECODE = "decode 2 records, reference path"
 REFERENCE_ENCODE = "encode 1 output, reference path"
 

@@ -24,9 +24,8 @@ Variants, measured in the same run:
 
 With ``--kafka`` (optionally ``--kafka-bootstrap``; default: the local stack's single
 node) the same workload also goes to a fresh topic prefix per tree, where one ``reef
-streams`` worker of this tree (RocksDB stores) processes it (the baseline tree's worker
-was a Faust worker, and faust is no longer installed: the Kafka rows measure this tree),
-fed in steps of 500 exchanges + reports, each appended
+streams`` worker of this tree (RocksDB stores) processes it (the Kafka rows measure this
+tree only), fed in steps of 500 exchanges + reports, each appended
 once the previous step's samples are committed (read_committed): no backlog for the
 worker to buffer, as in a soak. Its RSS is read when it is Ready and after each step;
 the topics are deleted after.

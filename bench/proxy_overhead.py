@@ -22,6 +22,15 @@ pyenv 3.12 venv) if ``--reef-infra`` names its ``reef``. ``--only-otel`` keeps d
 the two embedded Reefs (tracing off and on) alone, plus the baseline's embedded Reef with
 ``--baseline``.
 
+Workloads: ``small`` is a one-line chat request (buffered and streamed); ``agent`` is the
+captured Claude Code request (tests/fixtures/agents/claude_code/quiet/first_request.json,
+its bytes as captured but ``"stream":false``) on buffered ``/v1/messages``, which the
+stand-in answers with the Write call the capture's prompt scripts; the table ends with
+the ratio agent/small of every Reef's added p50 and req/s. ``--large-mb 2,6`` adds that
+request grown to 2 and 6 MB (the repository's Python source as extra system-prompt text,
+which compresses like the files an agent reads) at one connection. ``--workloads agent``
+and ``--no-stream`` shorten a run to what is being compared.
+
 The machine is shared and noisy: every measurement is repeated ``--rounds`` times, the
 targets interleaved within a round, and the table shows the median with its spread
 (min-max). After the load each Reef takes a short run whose receipts are collected, is
@@ -30,6 +39,7 @@ stopped, and its log is read back: "durable" counts the receipts found in the lo
     .venv/bin/python bench/proxy_overhead.py [--seconds 5] [--rounds 3] [--baseline HEAD]
         [--kafka-bootstrap 127.0.0.1:19092] [--otlp-endpoint http://127.0.0.1:14318]
         [--litellm PATH] [--reef-infra PATH] [--workers 2] [--only-otel]
+        [--workloads small,agent] [--large-mb 2,6] [--no-stream]
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,7 +71,14 @@ from bench.proxy_targets import (
 )
 from bench.proxy_ttfb import StreamTiming, probe
 from reef.stack.collector import LOCAL_ENDPOINT as LOCAL_OTLP
-from reef.testing.servers import ManagedProcess, free_port, running_upstream, spawn
+from reef.testing.servers import (
+    REPO_ROOT,
+    ManagedProcess,
+    UpstreamProcess,
+    free_port,
+    running_upstream,
+    spawn,
+)
 
 TOKEN = "bench-token"
 #: LiteLLM refuses to start without a master key; authenticated like Reef, so it is fair
@@ -71,6 +89,7 @@ BODY = {
     "model": "gpt-4o",
     "messages": [{"role": "user", "content": "Return exactly: reef is ready"}],
 }
+AGENT_REQUEST: Final = REPO_ROOT / "tests/fixtures/agents/claude_code/quiet/first_request.json"
 #: collects each reply's status and receipt (header, or the in-stream ``agent_record_id``)
 RECEIPT_LUA = """
 local out = nil
@@ -90,6 +109,61 @@ class Target:
     url: str
     headers: dict[str, str]
     reef: ReefTarget | None = None
+    #: the ``/v1`` base for the agent workloads; None: small chat requests only
+    v1: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One kind of request: its route, its exact bytes, the modes it is measured in."""
+
+    name: str
+    path: str
+    body: bytes
+    streams: tuple[bool, ...] = (False,)
+    connections: tuple[int, ...] = (1, 16)
+
+    def url(self, target: Target) -> str | None:
+        if self.name == "small":
+            return target.url
+        return None if target.v1 is None else f"{target.v1}{self.path}"
+
+
+def small_workload(stream: bool) -> Workload:
+    streams = (False, True) if stream else (False,)
+    return Workload("small", "/chat/completions", json.dumps(BODY).encode(), streams)
+
+
+def agent_request() -> bytes:
+    """The captured Claude Code request, buffered: only its ``stream`` member differs."""
+    raw = AGENT_REQUEST.read_bytes()
+    assert raw.count(b'"stream":true') == 1, "the fixture's stream member moved"
+    return raw.replace(b'"stream":true', b'"stream":false')
+
+
+def grown_request(size: int) -> bytes:
+    """The agent request grown to about ``size`` bytes with source text in its system
+    prompt (the stand-in answers from the messages, so its answer stays the same)."""
+    raw = agent_request()
+    body = json.loads(raw)
+    sources = "".join(p.read_text() for p in sorted((REPO_ROOT / "reef").rglob("*.py")))
+    wanted = size - len(raw)
+    text = (sources * (1 + wanted // len(sources)))[:wanted]
+    body["system"].append({"type": "text", "text": text})
+    # as a JavaScript client writes it (JSON.stringify: compact, UTF-8)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def workloads(names: list[str], large_mb: list[float], stream: bool) -> list[Workload]:
+    found = []
+    if "small" in names:
+        found.append(small_workload(stream))
+    if "agent" in names:
+        found.append(Workload("agent", "/messages", agent_request()))
+    for mb in large_mb:
+        body = grown_request(int(mb * 1_000_000))
+        found.append(Workload(f"agent-{mb:g}MB", "/messages", body, connections=(1,)))
+    return found
 
 
 @dataclass
@@ -97,6 +171,7 @@ class Result:
     target: str
     mode: str
     connections: int
+    workload: str
     p50_ms: float
     p99_ms: float
     rps: float
@@ -104,13 +179,21 @@ class Result:
     cpu_ms: float | None = None
 
 
-def lua_script(headers: dict[str, str], body: dict[str, object], extra: str = "") -> Path:
-    lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(json.dumps(body))}"]
+def lua_script(headers: dict[str, str], body: bytes, extra: str = "") -> tuple[Path, Path]:
+    """The wrk script and the body file it reads (exact bytes, any size, any character)."""
+    body_path = Path(tempfile.mkstemp(suffix=".json")[1])
+    body_path.write_bytes(body)
+    lines = [
+        'wrk.method = "POST"',
+        f'local f = io.open({json.dumps(str(body_path))}, "rb")',
+        'wrk.body = f:read("*a")',
+        "f:close()",
+    ]
     lines.append('wrk.headers["Content-Type"] = "application/json"')
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()]
     path = Path(tempfile.mkstemp(suffix=".lua")[1])
     path.write_text("\n".join(lines) + "\n" + extra)
-    return path
+    return path, body_path
 
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
@@ -122,20 +205,34 @@ def _ms(text: str) -> float:
 
 
 def wrk(
-    target: Target, body: dict[str, object], connections: int, seconds: int, extra: str = ""
+    target: Target,
+    body: bytes,
+    connections: int,
+    seconds: int,
+    extra: str = "",
+    url: str | None = None,
 ) -> str:
-    script = lua_script(target.headers, body, extra)
+    script, body_path = lua_script(target.headers, body, extra)
     threads = "-t1" if connections == 1 or extra else "-t2"
     argv = ["wrk", threads, f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script)]
-    out = subprocess.run([*argv, target.url], capture_output=True, text=True, check=True).stdout
+    argv.append(url or target.url)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     script.unlink()
+    body_path.unlink()
     return out
 
 
-def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Result:
+def small_body(stream: bool) -> bytes:
+    return json.dumps({**BODY, "stream": stream}).encode()
+
+
+def run_wrk(
+    target: Target, workload: Workload, stream: bool, connections: int, seconds: int
+) -> Result:
     pid = target.reef.process.pid if target.reef is not None else None
     cpu_before = cpu_seconds(pid) if pid is not None else 0.0
-    out = wrk(target, {**BODY, "stream": stream}, connections, seconds)
+    body = small_body(stream) if workload.name == "small" else workload.body
+    out = wrk(target, body, connections, seconds, url=workload.url(target))
     cpu = cpu_seconds(pid) - cpu_before if pid is not None else None
     replies = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     distribution = out.split("Latency Distribution", 1)[1]
@@ -147,7 +244,7 @@ def run_wrk(target: Target, stream: bool, connections: int, seconds: int) -> Res
         raise SystemExit(f"{target.name}: {errors.group(1)} error responses\n{out}")
     cpu_ms = None if cpu is None else 1000 * cpu / max(1, replies)
     mode = "stream" if stream else "buffered"
-    return Result(target.name, mode, connections, p50, p99, rps, cpu_ms)
+    return Result(target.name, mode, connections, workload.name, p50, p99, rps, cpu_ms)
 
 
 def kafka_answers(bootstrap: str) -> bool:
@@ -257,13 +354,22 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="also serve the work tree with --workers N"
     )
+    parser.add_argument("--workloads", default="small,agent", help="comma-separated: small, agent")
+    parser.add_argument(
+        "--large-mb", default="", help="also the agent request grown to these sizes (MB)"
+    )
+    parser.add_argument("--no-stream", action="store_true", help="buffered requests only")
     args = parser.parse_args()
+    names = [n for n in args.workloads.split(",") if n]
+    sizes = [float(mb) for mb in args.large_mb.split(",") if mb]
+    loads = workloads(names, sizes, stream=not args.no_stream)
+    print("request bodies: " + ", ".join(f"{w.name} {len(w.body):,} B" for w in loads))
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is required: apt-get install wrk")
     workdir = Path(tempfile.mkdtemp(prefix="reef-bench-"))
     procs: list[ManagedProcess] = []
     with running_upstream(workdir) as upstream:
-        targets = [Target("direct", f"{upstream.v1_url}/chat/completions", {})]
+        targets = [Target("direct", f"{upstream.v1_url}/chat/completions", {}, v1=upstream.v1_url)]
         kafka = args.kafka_bootstrap if kafka_answers(args.kafka_bootstrap) else None
         if args.only_otel:
             kafka = None
@@ -293,7 +399,8 @@ def main() -> None:
                         workers=workers,
                     )
                     url = f"{reef.base_url}/v1/chat/completions"
-                    targets.append(Target(reef.name, url, reef.headers, reef))
+                    v1 = f"{reef.base_url}/v1"
+                    targets.append(Target(reef.name, url, reef.headers, reef, v1))
             if otlp is not None:
                 targets.append(start_traced(upstream.v1_url, otlp, workdir))
             if args.litellm:
@@ -305,7 +412,9 @@ def main() -> None:
                 procs.append(proc)
                 headers = {"Authorization": f"Bearer {TOKEN}", "x-reef-scenario": "bench"}
                 targets.append(Target("reef-infra", url, headers))
-            results, timings = measure(targets, args.rounds, args.seconds)
+            results, timings = measure(
+                targets, loads, args.rounds, args.seconds, upstream, stream=not args.no_stream
+            )
             durability = {t.name: check_durability(t, workdir) for t in targets if t.reef}
         finally:
             for target in targets:
@@ -314,7 +423,9 @@ def main() -> None:
             for proc in procs:
                 proc.stop()
     print_table(results, args.rounds)
-    print_streaming(timings)
+    print_ratio(results)
+    if timings:
+        print_streaming(timings)
     print("\ndurability (receipts handed out over 1 s buffered + 1 s streamed at 16 connections,")
     print("then looked up in the log read back after the server stopped):")
     for name, (given, found, errors) in durability.items():
@@ -322,16 +433,31 @@ def main() -> None:
 
 
 def measure(
-    targets: list[Target], rounds: int, seconds: int
+    targets: list[Target],
+    loads: list[Workload],
+    rounds: int,
+    seconds: int,
+    upstream: UpstreamProcess,
+    *,
+    stream: bool,
 ) -> tuple[list[Result], dict[str, list[StreamTiming]]]:
-    """Every target in every mode, ``rounds`` times, interleaved (noise hits all alike)."""
+    """Every target in every workload and mode, ``rounds`` times, interleaved (noise hits
+    all alike). The stand-in forgets its requests after each large run (it keeps the
+    recent ones for tests)."""
     results: list[Result] = []
     timings: dict[str, list[StreamTiming]] = defaultdict(list)
     for _ in range(rounds):
-        for stream in (False, True):
-            for connections in (1, 16):
-                for target in targets:
-                    results.append(run_wrk(target, stream, connections, seconds))
+        for load in loads:
+            for mode in load.streams:
+                for connections in load.connections:
+                    for target in targets:
+                        if load.url(target) is None:
+                            continue
+                        results.append(run_wrk(target, load, mode, connections, seconds))
+                        if len(load.body) > 1_000_000:
+                            upstream.clear()
+        if not stream or not any(load.name == "small" for load in loads):
+            continue
         for target in targets:
             body = {**BODY, "stream": True}
             timings[target.name].append(probe(target.url, target.headers, body, seconds))
@@ -344,7 +470,7 @@ def check_durability(target: Target, workdir: Path) -> tuple[int, int, int]:
     receipts_path = workdir / f"{target.name}.receipts"
     extra = f"RECEIPTS = {json.dumps(str(receipts_path))}\n{RECEIPT_LUA}"
     for stream in (False, True):
-        wrk(target, {**BODY, "stream": stream}, 16, 1, extra)
+        wrk(target, small_body(stream), 16, 1, extra)
     target.reef.stop()
     lines = receipts_path.read_text().split("\n")[:-1]
     given = {receipt for status, receipt in (line.split() for line in lines) if status == "200"}
@@ -360,47 +486,88 @@ def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
+def added_p50(results: list[Result], name: str, workload: str, connections: int) -> list[float]:
+    """``name``'s p50 minus direct's, per round, buffered."""
+    direct = {(r.workload, r.mode, r.connections, i): r for i, r in _numbered(results, "direct")}
+    return [
+        r.p50_ms - direct[(workload, r.mode, connections, i)].p50_ms
+        for i, r in _numbered(results, name)
+        if r.workload == workload and r.mode == "buffered" and r.connections == connections
+    ]
+
+
+def print_ratio(results: list[Result]) -> None:
+    """Agent-sized against small, per Reef: added p50 and req/s, medians over the rounds."""
+    if not {"small", "agent"} <= {r.workload for r in results}:
+        return
+    print("\nagent/small (buffered; medians over the rounds)")
+    print(f"{'target':22} {'conns':>5} {'added p50 ratio':>16} {'req/s ratio':>12}")
+    agents = {r.target for r in results if r.workload == "agent"}
+    for name in dict.fromkeys(r.target for r in results if r.target in agents - {"direct"}):
+        for connections in (1, 16):
+            added = [
+                statistics.median(added_p50(results, name, w, connections))
+                for w in ("small", "agent")
+            ]
+            rps = [
+                statistics.median(
+                    r.rps
+                    for r in results
+                    if r.target == name
+                    and r.workload == w
+                    and r.mode == "buffered"
+                    and r.connections == connections
+                )
+                for w in ("small", "agent")
+            ]
+            ratio = f"{added[1] / added[0]:.2f}" if added[0] > 0 else "-"
+            print(f"{name:22} {connections:>5} {ratio:>16} {rps[1] / rps[0]:>12.2f}")
+
+
 def print_table(results: list[Result], rounds: int) -> None:
     """Medians over the rounds (min-max); "added" is per round, against direct's."""
-    direct = {(r.mode, r.connections, i): r for i, r in _numbered(results, "direct")}
+    direct = {(r.workload, r.mode, r.connections, i): r for i, r in _numbered(results, "direct")}
     names = list(dict.fromkeys(r.target for r in results))
     print(f"\nmedian (min-max) over {rounds} rounds")
     print(
-        f"{'target':22} {'mode':9} {'conns':>5} {'added p50 ms':>20} "
+        f"{'target':22} {'workload':12} {'mode':9} {'conns':>5} {'added p50 ms':>20} "
         f"{'added p99 ms':>22} {'req/s':>18} {'server CPU ms/reply':>22}"
     )
-    for mode in ("buffered", "stream"):
-        for connections in (1, 16):
-            for name in names:
-                rows = [
-                    (i, r)
-                    for i, r in _numbered(results, name)
-                    if r.mode == mode and r.connections == connections
-                ]
-                base = [direct[(mode, connections, i)] for i, _ in rows]
-                p50 = [r.p50_ms - b.p50_ms for (_, r), b in zip(rows, base, strict=True)]
-                p99 = [r.p99_ms - b.p99_ms for (_, r), b in zip(rows, base, strict=True)]
-                if name == "direct":
-                    p50 = [r.p50_ms for _, r in rows]
-                    p99 = [r.p99_ms for _, r in rows]
-                rps = [r.rps for _, r in rows]
-                cpu = [r.cpu_ms for _, r in rows if r.cpu_ms is not None]
-                label = f"{name}{' (absolute)' if name == 'direct' else ''}"
-                print(
-                    f"{label:22} {mode:9} {connections:>5} {_spread(p50):>20} "
-                    f"{_spread(p99):>22} {_spread(rps, '{:.0f}'):>18} "
-                    f"{_spread(cpu, '{:.2f}') if cpu else '-':>22}"
-                )
+    kinds = dict.fromkeys((r.workload, r.mode, r.connections) for r in results)
+    for workload, mode, connections in kinds:
+        for name in names:
+            rows = [
+                (i, r)
+                for i, r in _numbered(results, name)
+                if r.workload == workload and r.mode == mode and r.connections == connections
+            ]
+            if not rows:
+                continue
+            base = [direct[(workload, mode, connections, i)] for i, _ in rows]
+            p50 = [r.p50_ms - b.p50_ms for (_, r), b in zip(rows, base, strict=True)]
+            p99 = [r.p99_ms - b.p99_ms for (_, r), b in zip(rows, base, strict=True)]
+            if name == "direct":
+                p50 = [r.p50_ms for _, r in rows]
+                p99 = [r.p99_ms for _, r in rows]
+            rps = [r.rps for _, r in rows]
+            cpu = [r.cpu_ms for _, r in rows if r.cpu_ms is not None]
+            label = f"{name}{' (absolute)' if name == 'direct' else ''}"
+            print(
+                f"{label:22} {workload:12} {mode:9} {connections:>5} {_spread(p50):>20} "
+                f"{_spread(p99):>22} {_spread(rps, '{:.0f}'):>18} "
+                f"{_spread(cpu, '{:.2f}') if cpu else '-':>22}"
+            )
 
 
 def _numbered(results: list[Result], name: str) -> list[tuple[int, Result]]:
-    """``name``'s results, each with its round number within its (mode, connections)."""
-    seen: dict[tuple[str, int], int] = defaultdict(int)
+    """``name``'s results, each numbered by round within its (workload, mode, connections)."""
+    seen: dict[tuple[str, str, int], int] = defaultdict(int)
     out = []
     for r in results:
         if r.target == name:
-            out.append((seen[(r.mode, r.connections)], r))
-            seen[(r.mode, r.connections)] += 1
+            kind = (r.workload, r.mode, r.connections)
+            out.append((seen[kind], r))
+            seen[kind] += 1
     return out
 
 

@@ -35,8 +35,8 @@ slow climb can be attributed.
     .venv/bin/python bench/soak.py --log embedded [--duration 600] [--rate 4]
     .venv/bin/python bench/soak.py --log kafka --kafka-bootstrap 127.0.0.1:19092
 
-The Python client shares the machine's cores with everything it measures (bench-notes:
-httpx saturates near 300 requests/s on 2 cores); the rates used here are far below that.
+The Python client shares the machine's cores with everything it measures, so the rates
+used here stay far below what one client process can send.
 """
 
 from __future__ import annotations

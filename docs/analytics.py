@@ -4,7 +4,7 @@
     python docs/analytics.py --scenario support-bot  # one scenario
     python docs/analytics.py --exports DIR           # Parquet files written by `reef export`
 
-Reads four topics through :mod:`reef.stream` (either log; sealed bodies opened, erased
+Reads four topics through :mod:`reef.history` (either log; sealed bodies opened, erased
 exchanges marked ``erased``) into pyarrow tables, or from the Parquet files
 ``reef export --topic T --format parquet -o DIR/T.parquet`` wrote, and computes with
 ``pyarrow.compute`` and ``Table.group_by`` / ``Table.join`` only (the same queries read
@@ -14,13 +14,14 @@ naturally in DuckDB: ``SELECT ... FROM 'DIR/reef.inference.parquet' GROUP BY ...
   release an engine reported, else ``release_id``, the head when the request came), their
   input and output tokens, and how many were erased since (their token counts stay:
   erasure removes content, not metadata; an export leaves erased exchanges out);
-- **score per release**: the mean score of the joined samples (accepted reports, one per
-  report) over the releases that served their exchanges;
+- **score per release**: how many samples were joined (accepted reports, one per report)
+  over the releases that served their exchanges, and their mean score (a report of
+  feedback alone has none and is left out of the mean);
 - **report fates**: per report, what the join decided (``rejected`` with its reason, or
   ``accepted``), ``consumed`` once a committed release trained on its sample, ``pending``
   while undecided: the first decision per report counts, as in ``GET /reef/reports/{id}``.
 
-``tests/e2e/test_stream_analytics.py`` runs it against a deployment on both logs.
+``tests/e2e/test_history_analytics.py`` runs it against a deployment on both logs.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def score_per_release(samples: pa.Table) -> pa.Table:
     joined = of_type(samples, "SampleJoined")
     rows = exploded(joined, "release_ids", ["scenario", "score"])
     grouped = rows.group_by(["scenario", "release_ids"]).aggregate(
-        [("score", "count"), ("score", "mean")]
+        [("score", "count", pc.CountOptions(mode="all")), ("score", "mean")]
     )
     names = {"release_ids": "release", "score_count": "samples", "score_mean": "mean_score"}
     table = renamed(grouped, names).sort_by([("scenario", "ascending"), ("release", "ascending")])
@@ -160,8 +161,8 @@ def from_exports(folder: Path, scenario: str | None) -> dict[str, pa.Table]:
 
 
 def from_stream(config: Path | None, scenario: str | None) -> dict[str, pa.Table]:
+    from reef.history import read_tables
     from reef.settings import load_settings
-    from reef.stream import read_tables
 
     settings = load_settings(config_file=config).settings
     return asyncio.run(read_tables(settings, TOPICS, scenario=scenario))

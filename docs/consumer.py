@@ -1,6 +1,6 @@
 """Reading Reef's events from your own program: with Reef's library, or with nothing of Reef.
 
-With Reef installed, ``reef.stream`` reads either log with the deployment's settings: sealed
+With Reef installed, ``reef.history`` reads either log with the deployment's settings: sealed
 bodies opened with their keys from ``reef.keys``, erased records marked ``"erased": true``
 (their content None), claim-checked bodies fetched from the artifact store::
 
@@ -29,14 +29,14 @@ import fastavro
 from aiokafka import AIOKafkaConsumer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-# -- with Reef: reef.stream ------------------------------------------------------------------
+# -- with Reef: reef.history ------------------------------------------------------------------
 
 
 async def with_reef(topic: str, limit: int, config: Path | None) -> None:
     from dataclasses import asdict
 
+    from reef.history import open_stream
     from reef.settings import load_settings
-    from reef.stream import open_stream
 
     settings = load_settings(config_file=config).settings  # REEF_* variables, like reef serve
     async with open_stream(settings, topic, undecodable="skip") as stream:

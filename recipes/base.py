@@ -8,7 +8,9 @@ the chain or the artifact store, and imports no training library at module level
    sample, given its *staleness*: how many releases the head is ahead of the release
    that served it (0 = served by the head). The shared rules are a score window
    (``eligibility.min_score``/``max_score``) and a staleness limit
-   (``eligibility.max_staleness``, default 0); a recipe adds its own in
+   (``eligibility.max_staleness``, default 0); a report may give feedback without a
+   score, and a recipe that trains on scores (:attr:`Recipe.needs_score`) or a set
+   score window skips such a sample as ``no_score``; a recipe adds its own rules in
    :meth:`Recipe.usable` (e.g. "carries a training signal").
 2. **Batching** — ``batching.batch_size`` units make a batch. A unit is one sample, or
    with ``batching.group_by`` (a report ``metadata`` key) one complete group of
@@ -78,9 +80,12 @@ class Eligibility(StrictModel):
 
     def check(self, sample: Sample, staleness: int | None) -> str | None:
         """``None`` when admitted, else the reason (``score_below_min``, ``stale``, ...)."""
-        if self.min_score is not None and sample.score < self.min_score:
+        windowed = self.min_score is not None or self.max_score is not None
+        if sample.score is None and windowed:
+            return "no_score"  # a window cannot admit what it cannot place
+        if self.min_score is not None and sample.scored() < self.min_score:
             return "score_below_min"
-        if self.max_score is not None and sample.score > self.max_score:
+        if self.max_score is not None and sample.scored() > self.max_score:
             return "score_above_max"
         if staleness is None:
             return "unknown_release"
@@ -228,6 +233,9 @@ class Recipe(ABC, Generic[C]):
     config_model: ClassVar[type[RecipeConfig]] = RecipeConfig
     #: ``False`` for record-only recipes: no trainer runs for them
     trains: ClassVar[bool] = True
+    #: ``True`` when training reads each sample's score: a report of feedback alone is
+    #: then skipped (``no_score``) rather than trained on
+    needs_score: ClassVar[bool] = False
 
     def __init__(self, config: C) -> None:
         self.config = config
@@ -250,6 +258,8 @@ class Recipe(ABC, Generic[C]):
 
     def admit(self, sample: Sample, staleness: int | None) -> str | None:
         """``None`` when the sample may train, else the rejection reason."""
+        if sample.score is None and self.needs_score:
+            return "no_score"
         return self.config.eligibility.check(sample, staleness) or self.usable(sample)
 
     def usable(self, sample: Sample) -> str | None:

@@ -85,7 +85,7 @@ def rollouts(batch: Batch) -> list[Rollout]:
     """Rollouts with normalised advantages; groups with no score spread are skipped."""
     found: list[Rollout] = []
     for group in batch.groups:
-        scores = [s.score for s in group]
+        scores = [s.scored() for s in group]
         spread = statistics.pstdev(scores)
         if spread == 0:
             continue
@@ -93,12 +93,13 @@ def rollouts(batch: Batch) -> list[Rollout]:
         for sample in group:
             tokens = tokens_of(sample)
             if tokens is not None:
-                found.append(Rollout(*tokens, advantage=(sample.score - mean) / spread))
+                found.append(Rollout(*tokens, advantage=(sample.scored() - mean) / spread))
     return found
 
 
 class GrpoRecipe(UsesBackend, Recipe[GrpoConfig]):
     name = "grpo"
+    needs_score = True  # advantages are scores relative to the group's
     config_model = GrpoConfig
 
     def usable(self, sample: Sample) -> str | None:

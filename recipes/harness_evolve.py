@@ -170,6 +170,7 @@ def resolve_endpoint(config: UpstreamConfig, settings: Settings | None) -> ChatE
 
 class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
     name = "harness_evolve"
+    needs_score = True  # failures are the samples scored below proposer.failing_below
     config_model = HarnessEvolveConfig
 
     def __init__(self, config: HarnessEvolveConfig) -> None:
@@ -293,8 +294,8 @@ class _Chat:
 def failing(samples: tuple[Sample, ...], config: ProposerConfig) -> list[Sample]:
     """The failures shown to the proposer: lowest score first, then by id (deterministic)."""
     found = sorted(
-        (s for s in samples if s.score < config.failing_below),
-        key=lambda s: (s.score, s.sample_id),
+        (s for s in samples if s.score is not None and s.score < config.failing_below),
+        key=lambda s: (s.scored(), s.sample_id),
     )
     return found[: config.max_trajectories]
 
@@ -330,9 +331,9 @@ def proposer_messages(
     for number, sample in enumerate(failures, 1):
         lines.append(f"## {number} (score {sample.score:g})")
         turn = sample.last()
-        for message in turn.messages() if turn else []:
-            lines.append(f"[{message['role']}] {_cut(message['content'], limit)}")
-        answer = turn.answer() if turn else None
+        for role, text in turn.transcript() if turn else []:
+            lines.append(f"[{role}] {_cut(text, limit)}")
+        answer = turn.answer_transcript() if turn else None
         lines.append(f"[assistant] {_cut(answer or '', limit)}")
         if sample.feedback not in (None, "", {}):
             feedback = json.dumps(sample.feedback, ensure_ascii=False, sort_keys=True)

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reef.core.conversation import answer_message, request_messages
+from recipes.errors import RecipeError
+from reef.core.dialogue import records, transcript
+from reef.core.dialogue.chat_template import template_messages, template_tools
+from reef.core.dialogue.model import Conversation, Message
 from reef.core.events import SampleJoined
 
 #: fetches a claim-checked body (``sha256:<oid>``) as text
@@ -31,29 +34,59 @@ class Turn:
     request: Any
     response: Any
 
-    def messages(self) -> list[dict[str, str]]:
-        """The request's conversation as ``{"role", "content"}`` text messages."""
-        return [
-            {"role": str(role), "content": content if isinstance(content, str) else ""}
-            for role, content in request_messages(self.request)
-        ]
+    def conversation(self) -> Conversation | None:
+        """What the request showed the model, whole (tools, system, tool calls and
+        results), in any dialect; None when the request carries no conversation."""
+        return records.conversation_of(self.request, self.route or None)
+
+    def answer_messages(self) -> tuple[Message, ...]:
+        """What the model answered: text, tool calls, reasoning (streams included)."""
+        return records.answer_of(self.response, self.route or None)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The request's conversation as chat-template messages: ``role`` and
+        ``content`` text, plus ``tool_calls`` on an assistant turn that called tools
+        and ``tool_call_id`` on each tool result (the shape Hugging Face chat
+        templates and OpenAI chat completions read)."""
+        conversation = self.conversation()
+        return [] if conversation is None else template_messages(conversation.flat())
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools the request offered, as chat-template tool schemas."""
+        conversation = self.conversation()
+        return [] if conversation is None else template_tools(conversation.tools)
+
+    def transcript(self) -> list[tuple[str, str]]:
+        """The request's conversation as readable ``(role, text)`` entries, tool calls
+        and tool results written out (what a proposer or a judge reads)."""
+        conversation = self.conversation()
+        return [] if conversation is None else transcript.entries(conversation.flat())
+
+    def answer_transcript(self) -> str | None:
+        """The answer as readable text, tool calls written out (None: no answer)."""
+        answer = self.answer_messages()
+        if not answer:
+            return None
+        return "\n".join(text for _, text in transcript.entries(answer))
 
     def answer(self) -> str | None:
-        """The assistant text the response gave (either dialect), if any."""
-        message = answer_message(self.response)
-        if message is None or not isinstance(message[1], str):
+        """The assistant text the response gave (any dialect), if any."""
+        answer = self.answer_messages()
+        texts = [m.text() for m in answer if m.role == "assistant"]
+        if not answer or not any(m.parts for m in answer):
             return None
-        return message[1]
+        return "".join(texts)
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """A scored trajectory; ``partition``/``offset`` locate it on ``reef.samples``."""
+    """A judged trajectory; ``partition``/``offset`` locate it on ``reef.samples``."""
 
     sample_id: str
     scenario: str
     report_id: str
-    score: float
+    #: None: the report gave feedback without a score (recipes that need one skip it)
+    score: float | None
     feedback: Any
     metadata: dict[str, Any]
     turns: tuple[Turn, ...]
@@ -62,6 +95,13 @@ class Sample:
     offset: int = 0
     #: who reported it (the token's principal name, set by the API); None when not recorded
     reporter: str | None = None
+
+    def scored(self) -> float:
+        """The score, for a recipe that admitted this sample only with one
+        (:attr:`recipes.base.Recipe.needs_score`)."""
+        if self.score is None:
+            raise RecipeError(f"sample {self.sample_id} has no score")
+        return self.score
 
     def correction(self) -> str | None:
         """The answer that should have been given: ``feedback.correction`` or

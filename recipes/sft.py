@@ -1,10 +1,13 @@
 """``sft``: supervised fine-tuning on corrections and on well-scored answers.
 
-Each admitted sample becomes one (conversation, target) example from its last turn:
-the report's ``correction`` when it carries one (``feedback.correction`` or
-``metadata.correction``: the answer that should have been given), else the recorded
-answer when the score is at least ``training.imitate_min_score``. Anything else has no
-training signal and is rejected (``no_training_signal``).
+Each admitted sample becomes one example from its last turn: the report's
+``correction`` when it carries one (``feedback.correction`` or ``metadata.correction``:
+the answer that should have been given), else the recorded answer when the score is at
+least ``training.imitate_min_score``. Anything else has no training signal and is
+rejected (``no_training_signal``). A text exchange is (conversation, target); a
+tool-using one is its whole trajectory, rendered by the model's chat template with the
+tools offered, the loss on every token of the trained assistant turns (text and tool
+calls), never on tool results or user text (:mod:`recipes.rendering`).
 
 ``training.method`` chooses what a candidate is:
 
@@ -26,13 +29,16 @@ onto the base, as the engine serves it. Training and decoding are the injected
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from recipes.base import Batch, Candidate, Evaluation, Parent, Recipe, RecipeConfig
 from recipes.errors import TrainingError
 from recipes.evaluation import evaluate_tasks
+from recipes.rendering import TrainedTurns, Trajectory
 from recipes.samples import Sample
 from recipes.tasks import TaskSet
 from recipes.training import (
@@ -42,6 +48,7 @@ from recipes.training import (
     SftTraining,
     UsesBackend,
 )
+from reef.core.dialogue.chat_template import template_messages
 
 __all__ = [  # the training section's models live with the training port; import them here too
     "LLAMA_LINEAR_MODULES",
@@ -73,18 +80,15 @@ class SftRecipe(UsesBackend, Recipe[SftConfig]):
     config_model = SftConfig
 
     def usable(self, sample: Sample) -> str | None:
-        return (
-            None
-            if example_of(sample, self.config.training.imitate_min_score)
-            else ("no_training_signal")
-        )
+        return None if self.example(sample) is not None else "no_training_signal"
+
+    def example(self, sample: Sample) -> Example | None:
+        """What this recipe trains on for the sample (None: no training signal)."""
+        training = self.config.training
+        return example_of(sample, training.imitate_min_score, training.trained_turns)
 
     def produce(self, batch: Batch, parent: Parent, out_dir: Path) -> Candidate:
-        examples = [
-            e
-            for s in batch.samples
-            if (e := example_of(s, self.config.training.imitate_min_score)) is not None
-        ]
+        examples = [e for s in batch.samples if (e := self.example(s)) is not None]
         if not examples:
             raise TrainingError("no sample of the batch carries a training signal")
         options = self.config.training
@@ -106,18 +110,51 @@ class SftRecipe(UsesBackend, Recipe[SftConfig]):
         )
 
 
-def example_of(sample: Sample, imitate_min_score: float) -> Example | None:
-    """(conversation, target) of the sample's last turn, or None without a signal."""
+def example_of(
+    sample: Sample, imitate_min_score: float, trained_turns: TrainedTurns = "last"
+) -> Example | None:
+    """What the sample's last turn teaches, or None without a signal: (conversation,
+    target) for a text exchange; for a tool-using one (tools offered, or calls and
+    results in it) the whole trajectory, rendered with its tools, the loss on the
+    assistant turns the report is about: the last exchange's answer and the answers of
+    the other exchanges it quoted, where the conversation repeats them
+    (``trained_turns: all``: on every assistant turn)."""
     turn = sample.last()
     if turn is None:
         return None
     messages = turn.messages()
     if not messages:
         return None
+    answer = template_messages(turn.answer_messages())
     correction = sample.correction()
     if correction is not None:
-        return messages, correction
-    answer = turn.answer()
-    if answer and sample.score >= imitate_min_score:
-        return messages, answer
-    return None
+        target = [{"role": "assistant", "content": correction}]
+    elif (
+        answer
+        and any(m.get("content") or m.get("tool_calls") for m in answer)
+        and (sample.score is not None and sample.score >= imitate_min_score)
+    ):
+        target = answer
+    else:
+        return None
+    tools = turn.tools()
+    if not tools and not any(_uses_tools(m) for m in [*messages, *target]):
+        text = correction if correction is not None else turn.answer()
+        return (messages, text) if text else None
+    quoted = {_said(m) for t in sample.turns[:-1] for m in template_messages(t.answer_messages())}
+    reported = [
+        i for i, m in enumerate(messages) if m["role"] == "assistant" and _said(m) in quoted
+    ]
+    return Trajectory.of([*messages, *target], tools, len(messages), trained_turns, reported)
+
+
+def _uses_tools(message: dict[str, Any]) -> bool:
+    return message.get("role") == "tool" or bool(message.get("tool_calls"))
+
+
+def _said(message: dict[str, Any]) -> str:
+    """What an assistant message said (its text and calls, call ids aside)."""
+    calls = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])
+    ]
+    return json.dumps([message.get("content") or "", calls], sort_keys=True)

@@ -3,9 +3,9 @@
 A task is a prompt (optionally with a system prompt) and the expected answer. A grader
 maps (output, answer) to a score in [0, 1]: ``exact`` gives 1.0 for an exact match
 (case and surrounding space ignored) and otherwise half the fraction of matching
-characters by position (partial credit, as in ``reference/learning-notes.md``);
-``contains`` gives 1.0 when the answer occurs in the output; a dotted ``pkg.mod:func``
-names any ``func(output: str, answer: str) -> float``.
+characters by position (partial credit, so a policy gradient sees a nearly right
+answer as better than a wrong one); ``contains`` gives 1.0 when the answer occurs in the
+output; a dotted ``pkg.mod:func`` names any ``func(output: str, answer: str) -> float``.
 """
 
 from __future__ import annotations

@@ -19,12 +19,14 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import Field, model_validator
 
 from recipes.errors import DeviceUnavailableError, RecipeError
+from recipes.rendering import TrainedTurns, Trajectory
 from recipes.strict import StrictModel
 
 #: a conversation: OpenAI-style messages (``role``, ``content``)
 Conversation = Sequence[Mapping[str, str]]
-#: one supervised example: (conversation, target answer)
-Example = tuple[Conversation, str]
+#: one supervised example: (conversation, target answer), or a whole tool-using
+#: trajectory rendered by the model's template (:mod:`recipes.rendering`)
+Example = tuple[Conversation, str] | Trajectory
 
 #: the linear layers of a Llama-style decoder block (PEFT's module names)
 LLAMA_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -117,6 +119,11 @@ class SftTraining(DeviceSettings):
     )
     max_length: int = Field(default=512, ge=8, description="Longest example in tokens (then cut).")
     threads: int = Field(default=1, ge=1, description="torch CPU threads while training.")
+    trained_turns: TrainedTurns = Field(
+        default="last",
+        description="Which assistant turns of a tool-using trajectory carry the loss: last "
+        "(the answer the feedback is about) or all.",
+    )
 
     @model_validator(mode="after")
     def _lora_needs_method(self) -> SftTraining:

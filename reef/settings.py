@@ -10,6 +10,7 @@ The YAML file holds a ``reef:`` mapping; nested mappings are flattened with ``_`
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,24 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from reef.core.errors import ConfigError
 
 ENV_PREFIX = "REEF_"
+
+
+class ModelPrice(BaseModel):
+    """One model's prices, USD per million tokens (reef.core.cost.Price)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0, description="Prompt tokens not read from or written to a cache.")
+    output: float = Field(ge=0, description="Generated tokens.")
+    cached_input: float | None = Field(
+        None, ge=0, description="Prompt tokens read from the provider's cache."
+    )
+    cache_write: float | None = Field(
+        None, ge=0, description="Prompt tokens written to the provider's cache (Anthropic)."
+    )
+    cache_write_1h: float | None = Field(
+        None, ge=0, description="Prompt tokens written to Anthropic's one-hour cache."
+    )
 
 
 class Settings(BaseModel):
@@ -91,7 +110,11 @@ class Settings(BaseModel):
         "report, read, admin).",
     )
     insecure: bool = Field(False, description="Run with no token at all (prints a warning).")
-    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body.")
+    max_body_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body (the providers' own limit: Anthropic's is 32 MB).",
+    )
     allow_implicit_scenarios: bool = Field(True, description="First use of a name creates it.")
     report_rate_per_token: float | None = Field(
         None,
@@ -140,6 +163,11 @@ class Settings(BaseModel):
     fingerprint_secret: SecretStr | None = Field(
         None, description="Keys the message fingerprints session matching reads (set it)."
     )
+    agent_session_headers: bool = Field(
+        True,
+        description="Record agent CLIs' own session ids (x-claude-code-session-id, Codex's "
+        "session-id, thread-id, ...) as session tags (reef/core/agent_headers.py).",
+    )
     judge_turns: bool = Field(
         False,
         description="Judge completed turns (TurnJudged on reef.judgements): in reef serve on "
@@ -187,6 +215,12 @@ class Settings(BaseModel):
     claim_check_bytes: int = Field(
         256 * 1024, ge=1024, description="Bodies larger than this go to the artifact store."
     )
+    body_format: Literal["blocks", "compressed", "plain"] = Field(
+        "blocks",
+        description="How sealed bodies are stored (docs/storage.md): requests as blocks "
+        "shared within a session (readers need the artifact store); compressed whole; "
+        "or plain (uncompressed).",
+    )
     seed_dir: Path | None = Field(None, description="Folder new scenarios start from.")
 
     record_tokens: bool = Field(
@@ -204,6 +238,11 @@ class Settings(BaseModel):
     )
     engine_scenario: str | None = Field(
         None, description="Scenario whose releases the local engine hot-loads (sidecar)."
+    )
+    engine_tool_call_parser: str | None = Field(
+        None,
+        description="Tool-call parser of the local engine (reef engine --tool-call-parser: "
+        "qwen25, hermes, llama3, pythonic); unset: the built-in model's own, a folder none.",
     )
     engine_load_method: Literal["disk", "tensor", "broadcast", "pushed_tensor"] = Field(
         "disk",
@@ -241,6 +280,11 @@ class Settings(BaseModel):
     upstream_connect_timeout_s: float = Field(5.0, gt=0, description="Upstream connect timeout.")
     upstream_read_timeout_s: float = Field(120.0, gt=0, description="Upstream read timeout.")
     upstream_max_connections: int = Field(200, ge=1, description="Pooled upstream connections.")
+    prices: dict[str, ModelPrice] | None = Field(
+        None,
+        description="USD per million tokens by model, to record each exchange's cost "
+        "(env: JSON text; docs/how-to/cost.md); a model it does not name is recorded without one.",
+    )
 
     otel_enabled: bool = Field(
         False,
@@ -252,6 +296,17 @@ class Settings(BaseModel):
         description="OTLP/HTTP receiver base URL (spans go to <endpoint>/v1/traces).",
     )
     otel_service: str = Field("reef", description="service.name of the exported spans.")
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _json_text(cls, value: object) -> object:
+        """The environment gives one string: a JSON object of model -> prices."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not JSON: {exc}") from exc
+        return value
 
     @field_validator("trainer_publish_engines", mode="before")
     @classmethod

@@ -2,7 +2,7 @@
 
 Everything else receives what it uses: the API gets a running
 :class:`~reef.api.context.AppContext`, replay gets the processors and the host's durable
-tables. Readers of the history (tools, analytics) are assembled by :mod:`reef.stream`
+tables. Readers of the history (tools, analytics) are assembled by :mod:`reef.history`
 (``open_stream``, ``readable_store``: re-exported here for the tools that import it from
 this module), through the same factories. Only this module, the command modules
 (``reef/cli``) and that reader choose adapters; only this module and the command modules
@@ -47,6 +47,7 @@ from reef.core.errors import ConfigError
 from reef.core.topics import LOG_TOPICS
 from reef.crypto.rings import open_keyring
 from reef.engine.engine_client import AsyncEngineClient
+from reef.history import readable_store as readable_store  # tools' readers: reef.history
 from reef.hosts import embedded as embedded_host
 from reef.hosts.worker import processor_process
 from reef.local_engine import local_engine
@@ -55,11 +56,10 @@ from reef.log.wire_format import open_codec
 from reef.observability.tracing import open_tracing
 from reef.services.eventstore import EventStore
 from reef.services.judge import in_process_judge
-from reef.services.projection import ProjectionFollower
+from reef.services.projection import FOLLOWED_TOPICS, SPEND_TOPICS, ProjectionFollower
 from reef.services.replay import DurableRows, DurableTables
 from reef.settings import Settings
 from reef.sidecar.runner import Sidecar, SidecarConfig
-from reef.stream import readable_store as readable_store  # tools' readers: reef.stream
 from streams import changelog
 from trainers.runner import in_process_trainer
 
@@ -110,8 +110,13 @@ async def serving_context(
         await keys.start()
         stack.push_async_callback(keys.close)
         claims = ClaimCheck(artifacts, settings.claim_check_bytes)
-        store = EventStore(log, open_codec(settings), claims=claims, keys=keys)
-        projection = ProjectionFollower(store)
+        store = EventStore(
+            log, open_codec(settings), claims=claims, keys=keys, body_format=settings.body_format
+        )
+        # spend (status, metrics) is folded from every recorded exchange: only when priced
+        projection = ProjectionFollower(
+            store, followed=SPEND_TOPICS if settings.prices else FOLLOWED_TOPICS
+        )
         await projection.start()
         stack.push_async_callback(projection.close)
         if runs_once:
@@ -121,7 +126,11 @@ async def serving_context(
         serving = settings
         if settings.upstream_url is None:
             engine_url = await stack.enter_async_context(
-                local_engine(settings.engine_model, settings.state_dir / "logs")
+                local_engine(
+                    settings.engine_model,
+                    settings.state_dir / "logs",
+                    settings.engine_tool_call_parser,
+                )
             )
             serving = settings.model_copy(
                 update={"upstream_url": f"{engine_url}/v1", "upstream_dialect": "openai"}

@@ -773,10 +773,10 @@ def quiet_collector() -> None:
     """Make the cyclic collector rare in the worker process: what it imported is frozen
     out of every scan, and a young collection waits for :data:`GC_YOUNG_THRESHOLD`
     allocations. A catch-up holds thousands of fetched records and decoded events at a
-    time, so with the defaults (700) it ran ~300 young and 3 full collections per 10,000
-    reports, the full ones scanning ~140,000 objects each: about a sixth of the worker's
-    CPU (``bench/join_throughput.py``). Reference counting still frees everything that
-    is not in a cycle at once."""
+    time, none of them cyclic, so with the defaults (700) collections would run every few
+    hundred allocations and full ones would scan all of them again
+    (``bench/join_throughput.py`` shows the cost). Reference counting still frees
+    everything that is not in a cycle at once."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.reef_server import running_servers_output
+from tests.support.scheduling import assign_groups
 
 pytest_plugins = ["tests.stack_plugin"]
 
@@ -23,3 +24,8 @@ def pytest_runtest_makereport(
     if report.failed and report.when == "call":
         for n, text in enumerate(running_servers_output(), 1):
             report.sections.append((f"reef serve {n} (running)", text))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    assign_groups(items)

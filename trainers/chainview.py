@@ -135,7 +135,7 @@ class ChainFollower:
         self._positions: dict[str, dict[int, int]] = {topic: {} for topic in FOLLOWED}
 
     async def catch_up(self) -> None:
-        """Read the three topics at once (on Kafka each read is a consumer of its own, ~1 s
+        """Read the three topics at once (on Kafka each read is a consumer of its own, slow
         to start), then apply them in FOLLOWED order: scenarios, releases, proposals."""
         read = await asyncio.gather(*(self._read_new(topic) for topic in FOLLOWED))
         for topic, records in zip(FOLLOWED, read, strict=True):

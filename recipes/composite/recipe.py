@@ -147,7 +147,12 @@ class CompositeRecipe(Recipe[CompositeConfig]):
     # -- eligibility -----------------------------------------------------------------------
 
     def usable(self, sample: Sample) -> str | None:
-        reasons = [recipe.usable(sample) for recipe in self.parts.values()]
+        """Usable when one part can use it (a part that needs a score cannot use a sample
+        without one: ``no_score``)."""
+        reasons = [
+            "no_score" if sample.score is None and recipe.needs_score else recipe.usable(sample)
+            for recipe in self.parts.values()
+        ]
         if any(reason is None for reason in reasons):
             return None
         return "+".join(sorted({r for r in reasons if r is not None}))

@@ -110,6 +110,7 @@ class GepaConfig(RecipeConfig):
 
 class GEPARecipe(Recipe[GepaConfig]):
     name = "gepa"
+    needs_score = True  # an example's score ranks candidates on the Pareto front
     config_model = GepaConfig
 
     def __init__(self, config: GepaConfig) -> None:
@@ -310,12 +311,12 @@ def task_of(sample: Sample) -> str | None:
 
 def served_example(sample: Sample, task: str) -> Example:
     turn = sample.last()
-    output = (turn.answer() if turn else None) or ""
+    output = (turn.answer_transcript() if turn else None) or ""
     feedback = sample.feedback
     text = feedback if isinstance(feedback, str) else json.dumps(feedback, sort_keys=True)
     if feedback in (None, "", {}):
-        text = f"The output scored {sample.score:g}."
-    return Example(task, output, sample.score, text)
+        text = f"The output scored {sample.scored():g}."
+    return Example(task, output, sample.scored(), text)
 
 
 def default_feedback(score: float, answer: str) -> str:

@@ -75,6 +75,7 @@ class OpenClawRLConfig(RecipeConfig):
 
 class OpenClawRLRecipe(UsesBackend, Recipe[OpenClawRLConfig]):
     name = "openclaw_rl"
+    needs_score = True  # the judge's +1 or -1 is the reward
     config_model = OpenClawRLConfig
 
     _openclaw: OpenClawBackend | None = None

@@ -71,6 +71,7 @@ class SAOConfig(RecipeConfig):
 
 class SAORecipe(UsesBackend, Recipe[SAOConfig]):
     name = "sao"
+    needs_score = True  # the rollout's reward is its score
     config_model = SAOConfig
 
     _sao: SaoBackend | None = None

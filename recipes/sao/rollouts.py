@@ -81,6 +81,8 @@ def rollout_of(sample: Sample, options: SaoTraining) -> ScoredRollout:
     """The sample as one scored rollout (raises RolloutError with the reason it is not)."""
     if not sample.turns:
         raise RolloutError("not_one_rollout", "the sample has no recorded turn")
+    if sample.score is None:
+        raise RolloutError("no_score", "the report gave feedback without a score")
     if not math.isfinite(sample.score):
         raise RolloutError("score_not_finite", f"score {sample.score}")
     recorded = [recorded_tokens(turn) for turn in sample.turns]

@@ -3,9 +3,9 @@
 The sidecar loads an adapter release into its engine with ``/load_lora_adapter`` under
 the release id (:mod:`reef.sidecar.runner`); the engine's default weights stay the base.
 So every exchange the API routes to an adapter release names that adapter the way SGLang
-selects one per request: the ``lora_path`` field of ``/v1/chat/completions`` and
-``/v1/completions`` (SGLang's ``ChatCompletionRequest`` / ``CompletionRequest``), set
-to the release id (a shadow copy names its candidate's the same way). A release whose
+selects one per request: the ``lora_path`` field of ``/v1/chat/completions`` (SGLang's
+``ChatCompletionRequest``; Reef's API serves no text-completions route), set to the
+release id (a shadow copy names its candidate's the same way). A release whose
 weights are not an adapter (full weights, the base) is named by nothing: the engine's
 default weights serve it.
 
@@ -26,7 +26,7 @@ from reef.core.errors import ReefError
 logger = logging.getLogger(__name__)
 
 #: the routes whose SGLang request body has a ``lora_path`` field
-LORA_ROUTES: Final = frozenset({"/v1/chat/completions", "/v1/completions"})
+LORA_ROUTES: Final = frozenset({"/v1/chat/completions"})
 
 
 class AdapterLookup(Protocol):

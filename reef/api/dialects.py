@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from reef.core.cost import NO_USAGE, Usage
+
 _ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -27,6 +29,10 @@ _OPENAI_ERROR_TYPES = {
     404: "not_found_error",
     429: "rate_limit_error",
 }
+
+
+#: a Responses stream's last event, whichever way the response ended
+RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class Dialect(StrEnum):
@@ -57,14 +63,52 @@ def error_body(dialect: Dialect, status: int, code: str, message: str) -> dict[s
     return {"error": {"code": code, "message": message}}
 
 
-def usage_of(body: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(input tokens, output tokens) from a buffered response of any dialect."""
+def usage_of(body: dict[str, Any]) -> Usage:
+    """The usage of a buffered response of any dialect (the counts it reports).
+
+    OpenAI chat (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``) and Responses
+    (``input_tokens``, ``input_tokens_details.cached_tokens``) count cached prompt tokens
+    in the input; Anthropic (``input_tokens``, ``cache_read_input_tokens``,
+    ``cache_creation_input_tokens``) does not (:mod:`reef.core.cost`).
+    """
     usage = body.get("usage")
     if not isinstance(usage, dict):
-        return None, None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    return _int_or_none(prompt), _int_or_none(completion)
+        return NO_USAGE
+    if "prompt_tokens" in usage:  # chat completions
+        return Usage(
+            _int_or_none(usage.get("prompt_tokens")),
+            _int_or_none(usage.get("completion_tokens")),
+            _cached(usage.get("prompt_tokens_details")),
+            input_includes_cached=True,
+        )
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+        return _anthropic_usage(usage)
+    details = usage.get("input_tokens_details")
+    return Usage(
+        _int_or_none(usage.get("input_tokens")),
+        _int_or_none(usage.get("output_tokens")),
+        _cached(details),
+        # Responses reports the details; an Anthropic usage without cache fields read
+        # nothing from the cache, so either way of counting gives the same split
+        input_includes_cached=isinstance(details, dict),
+    )
+
+
+def _anthropic_usage(usage: dict[str, Any]) -> Usage:
+    creation = usage.get("cache_creation")
+    return Usage(
+        _int_or_none(usage.get("input_tokens")),
+        _int_or_none(usage.get("output_tokens")),
+        _int_or_none(usage.get("cache_read_input_tokens")),
+        _int_or_none(usage.get("cache_creation_input_tokens")),
+        cache_write_1h_tokens=_int_or_none(creation.get("ephemeral_1h_input_tokens"))
+        if isinstance(creation, dict)
+        else None,
+    )
+
+
+def _cached(details: Any) -> int | None:
+    return _int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -139,8 +183,7 @@ class StreamAssembly:
     """What a relayed stream said, accumulated for the record."""
 
     text: list[str] = field(default_factory=list)
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    usage: Usage = NO_USAGE
     first_chunk: dict[str, Any] | None = None
     final_response: dict[str, Any] | None = None
     raw: list[bytes] = field(default_factory=list)
@@ -153,20 +196,36 @@ class StreamAssembly:
         kind = payload.get("type") or event.name
         if payload.get("object") == "chat.completion.chunk":
             self._openai_chunk(payload)
-        elif kind == "message_start":
-            usage = payload.get("message", {}).get("usage", {})
-            self.input_tokens = _int_or_none(usage.get("input_tokens"))
+        elif kind == "message_start":  # its output count is a placeholder: the delta's counts
+            self._anthropic_usage(payload.get("message", {}).get("usage"), outputs=False)
         elif kind == "content_block_delta":
             delta = payload.get("delta", {})
             if isinstance(delta.get("text"), str):
                 self.text.append(delta["text"])
         elif kind == "message_delta":
-            self.output_tokens = _int_or_none(payload.get("usage", {}).get("output_tokens"))
+            self._anthropic_usage(payload.get("usage"))
         elif kind == "response.output_text.delta" and isinstance(payload.get("delta"), str):
             self.text.append(payload["delta"])
-        elif kind == "response.completed" and isinstance(payload.get("response"), dict):
+        elif kind in RESPONSES_FINAL and isinstance(payload.get("response"), dict):
             self.final_response = payload["response"]
-            self.input_tokens, self.output_tokens = usage_of(payload["response"])
+            self.usage = usage_of(payload["response"])
+
+    def _anthropic_usage(self, usage: Any, *, outputs: bool = True) -> None:
+        """message_start's usage, then message_delta's: a count the later one reports
+        replaces the earlier one (the delta's counts are the final, cumulative ones)."""
+        if not isinstance(usage, dict):
+            return
+        update = _anthropic_usage(usage)
+        previous = self.usage
+        self.usage = Usage(
+            _first(update.input_tokens, previous.input_tokens),
+            _first(update.output_tokens if outputs else None, previous.output_tokens),
+            _first(update.cache_read_tokens, previous.cache_read_tokens),
+            _first(update.cache_write_tokens, previous.cache_write_tokens),
+            cache_write_1h_tokens=_first(
+                update.cache_write_1h_tokens, previous.cache_write_1h_tokens
+            ),
+        )
 
     def _openai_chunk(self, chunk: dict[str, Any]) -> None:
         if self.first_chunk is None:
@@ -176,7 +235,7 @@ class StreamAssembly:
             if isinstance(content, str):
                 self.text.append(content)
         if isinstance(chunk.get("usage"), dict):
-            self.input_tokens, self.output_tokens = usage_of(chunk)
+            self.usage = usage_of(chunk)
 
     def record_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -189,6 +248,10 @@ class StreamAssembly:
         return body
 
 
+def _first(*counts: int | None) -> int | None:
+    return next((c for c in counts if c is not None), None)
+
+
 def is_terminal(route: str, event: SseEvent) -> bool:
     """The protocol's last event: the receipt goes with it, after the record is stored."""
     if route == "/v1/chat/completions":
@@ -198,7 +261,7 @@ def is_terminal(route: str, event: SseEvent) -> bool:
     if route == "/v1/messages":
         return kind == "message_stop"
     if route == "/v1/responses":
-        return kind == "response.completed"
+        return kind in RESPONSES_FINAL
     return False
 
 

@@ -4,13 +4,12 @@ Every model call an agent makes goes through one of four POST routes. Below the 
 outer middleware (server errors, body limit, metrics) FastAPI would take such a request
 through its exception middleware, exit-stack middleware, router (a match against every
 route), the included router's handler and its request-response wrapper before the
-endpoint runs: 16% of the serving process's busy CPU under load, profiled with py-spy
-at 16 connections (docs/performance.md). This ASGI layer matches the four paths
-exactly and calls the same :func:`reef.api.inference.serve` the routes call, with the
-same error mapping (:func:`reef.api.errors.reef_error_response`); everything else,
-including any other method or a path that differs by a byte, falls through to FastAPI
-unchanged. The routes stay declared on the router, for the OpenAPI document and as the
-fallback.
+endpoint runs, a cost paid on every model call (``docs/performance.md``). This ASGI
+layer matches the four paths exactly and calls the same :func:`reef.api.inference.serve`
+the routes call, with the same error mapping (:func:`reef.api.errors.reef_error_response`);
+everything else, including any other method or a path that differs by a byte, falls
+through to FastAPI unchanged. The routes stay declared on the router, for the OpenAPI
+document and as the fallback.
 """
 
 from __future__ import annotations

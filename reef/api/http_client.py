@@ -1,13 +1,11 @@
 """A minimal HTTP/1.1 client for the upstream relay: keep-alive connections, one request
 out, one reply read whole or as chunks. Nothing else (no redirects, cookies, proxies).
 
-Reef sends every exchange through it, so its cost is paid per request. aiohttp's client
-(request and response objects, timer contexts, tracing hooks, its stream reader) took
-0.17-0.20 ms of CPU and 0.27-0.35 ms of wall clock per request at one connection
-against the scripted upstream, where ``wrk`` takes 0.12 ms; this client, an
+Reef sends every exchange through it, so its cost is paid per request: it is an
 :class:`asyncio.Protocol` that writes the request in one call and feeds the reply to
-httptools' C parser (the one uvicorn serves with), 0.09-0.11 ms of CPU and 0.17-0.23 ms
-(same machine, same run, loaded by a test suite).
+httptools' C parser (the one uvicorn serves with), with no request or response objects,
+timer contexts or tracing hooks of its own (``docs/performance.md`` compares it with a
+general-purpose client).
 
 Failures are this module's own exceptions, translated by :mod:`reef.api.upstream`:
 :class:`ConnectFailed` (nothing was sent), :class:`TimedOut` (no connection within the
@@ -69,9 +67,7 @@ class Reply:
         # A reply dropped unreleased (a relay cancelled before it began) must still give
         # its slot back and close its connection, or the pool would run dry: done when
         # the reply is collected, in the loop's thread (collection may run in any thread)
-        self._dropped = weakref.finalize(
-            self, _finish_soon, asyncio.get_running_loop(), connection
-        )
+        self._dropped = weakref.finalize(self, _finish_soon, asyncio.get_running_loop(), connection)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])

@@ -21,7 +21,7 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from reef.api import adapters, registry
+from reef.api import adapters, raw_json, registry
 from reef.api.context import AppContext, context_of
 from reef.api.dialects import (
     Dialect,
@@ -33,11 +33,13 @@ from reef.api.dialects import (
     receipt_frames,
     usage_of,
 )
-from reef.api.inputs import parse_object, read_body, scenario_header, tags_of
+from reef.api.inputs import decoded_object, read_body, scenario_header
 from reef.api.pins import pinned_release
 from reef.api.shadow import ShadowRequest
+from reef.api.tags import exchange_tags
 from reef.api.upstream import UpstreamReply, relayed_status
 from reef.core import fingerprints, routing, shadow
+from reef.core.cost import NO_USAGE, Usage, exchange_cost
 from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.core.ids import new_receipt
@@ -52,6 +54,8 @@ RELEASE_HEADER = "x-reef-release-id"
 WEIGHT_VERSION_HEADER = routing.WEIGHT_VERSION_HEADER
 RELEASE_ID = re.compile(r"[0-9a-f]{32}")
 VERSION_WAIT_SECONDS = 2.0
+#: the request members Reef may set before relaying (the forced model, the token record)
+SET_MEMBERS: Final = ("model", "logprobs", "top_logprobs")
 
 
 @dataclass(slots=True)
@@ -127,7 +131,7 @@ class Exchange:
         status: int,
         complete: bool,
         response: str | None,
-        usage: tuple[int | None, int | None] = (None, None),
+        usage: Usage = NO_USAGE,
         error: str | None = None,
     ) -> InferenceRecorded:
         now = time.perf_counter()
@@ -150,8 +154,11 @@ class Exchange:
             response_json=response,
             latency_ms=(now - self.started) * 1000,
             upstream_latency_ms=((self.upstream_done or now) - self.upstream_started) * 1000,
-            input_tokens=usage[0],
-            output_tokens=usage[1],
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_tokens,
+            cache_creation_input_tokens=usage.cache_write_tokens,
+            cost_usd=exchange_cost(self.model, usage, ctx.settings.prices),
             tags=self.tags,
             message_fingerprints=self.message_fingerprints,
             answer_fingerprint=_answer_fingerprint(self.fingerprint_key, response),
@@ -161,8 +168,9 @@ class Exchange:
 
 def _fingerprint_key(ctx: AppContext, scenario: str) -> bytes | None:
     """The scenario's fingerprint key; None (nothing fingerprinted, no cost on the request
-    path) unless the deployment tracks sessions (``track_sessions``)."""
-    if not ctx.settings.track_sessions:
+    path) unless the deployment tracks or merges sessions (``track_sessions``,
+    ``merge_sessions``): both compare messages by these fingerprints."""
+    if not (ctx.settings.track_sessions or ctx.settings.merge_sessions):
         return None
     secret = ctx.settings.fingerprint_secret
     key_material = secret.get_secret_value().encode() if secret else b""
@@ -201,7 +209,8 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post("/v1/responses")
 async def responses(request: Request) -> Response:
-    """OpenAI Responses API, recorded (streamed receipts ride on ``response.completed``)."""
+    """OpenAI Responses API, recorded (a stream's receipt rides on its final event:
+    ``response.completed``, ``.incomplete`` or ``.failed``)."""
     return await serve(request, "/v1/responses", Dialect.OPENAI)
 
 
@@ -320,20 +329,26 @@ async def _serve(
     scenario = scenario_header(request)
     principal.require_scenario(scenario)
     raw = await read_body(request, ctx.settings.max_body_bytes)
-    body = parse_object(raw)
+    text, body = decoded_object(raw)
     changed = False
     if ctx.upstream.model:
         body["model"] = ctx.upstream.model
         changed = True
     if route == "/v1/chat/completions":
         changed = _ask_token_record(body, ctx.settings) or changed
-    if changed:
-        raw = json.dumps(body).encode()
+    if changed:  # only the members Reef sets: the client's other bytes reach the provider
+        raw = raw_json.with_members(raw, {k: body[k] for k in SET_MEMBERS if k in body})
+        text = raw.decode()
     pinned = pinned_release(request, ctx, scenario)
     view, _ = await registry.ensure(ctx, scenario)
     key = _fingerprint_key(ctx, scenario)
     receipt = new_receipt(scenario)
-    tags = tags_of(request)
+    tags = exchange_tags(
+        request,
+        body,
+        agent_sessions=ctx.settings.agent_session_headers,
+        classify=ctx.settings.track_sessions,
+    )
     chosen = routed(ctx.projection.state, scenario, tags, receipt)
     exchange = Exchange(
         receipt=receipt,
@@ -341,7 +356,7 @@ async def _serve(
         route=route,
         dialect=dialect.value,
         release_id=pinned or chosen.release_id,
-        request_json=raw.decode(),
+        request_json=text,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         stream=body.get("stream") is True,
         tags=tags,
@@ -353,8 +368,10 @@ async def _serve(
     )
     if pinned is None:
         exchange.shadow = _shadow_request(request, exchange, body, chosen.shadow_release_id)
+    # with body_format blocks the request's new blocks are stored while the upstream answers
+    ctx.store.prepare_request(scenario, receipt, tags, exchange.request_json, raw=raw, parsed=body)
     adapter = await _adapter_of(ctx, route, view, exchange.release_id)
-    forwarded = raw if adapter is None else json.dumps({**body, "lora_path": adapter}).encode()
+    forwarded = raw if adapter is None else raw_json.with_members(raw, {"lora_path": adapter})
     upstream_request = ctx.upstream.build(
         "POST", route.removeprefix("/v1"), forwarded, request.headers
     )
@@ -408,7 +425,7 @@ async def _buffered(ctx: AppContext, exchange: Exchange, upstream: UpstreamReply
         parsed = json.loads(text)
     except ValueError:
         parsed = None
-    usage = usage_of(parsed) if isinstance(parsed, dict) else (None, None)
+    usage = usage_of(parsed) if isinstance(parsed, dict) else NO_USAGE
     if isinstance(parsed, dict):
         meta = parsed.get("meta_info")
         await exchange.observe_version(
@@ -458,7 +475,7 @@ async def _relay_stream(
                     status=200,
                     complete=True,
                     response=json.dumps(assembly.record_body()),
-                    usage=(assembly.input_tokens, assembly.output_tokens),
+                    usage=assembly.usage,
                 )
                 finished = True
                 try:
@@ -499,7 +516,7 @@ def _record_incomplete(
         status=200,
         complete=False,
         response=json.dumps(assembly.record_body()),
-        usage=(assembly.input_tokens, assembly.output_tokens),
+        usage=assembly.usage,
         error=why,
     )
     ctx.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")

@@ -35,6 +35,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 MAX_DEPTH: Final = 256
 #: a ``\uD800``-``\uDFFF`` escape: a surrogate, which must come in a valid pair
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+#: every byte but ``[`` and ``{``: deleting them leaves one byte per array or object opened
+_NOT_OPENING: Final = bytes(sorted(set(range(256)) - set(b"[{")))
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -45,10 +47,15 @@ def parse_object(body: bytes) -> dict[str, Any]:
     per nesting level. Such bodies are refused here, before anything is recorded:
     none of them can be written to the log and read back as JSON.
     """
+    return decoded_object(body)[1]
+
+
+def decoded_object(body: bytes) -> tuple[str, dict[str, Any]]:
+    """The body's text and the object it holds (:func:`parse_object`'s checks): one
+    decode for a caller that keeps the text too."""
     try:
-        value = json.loads(
-            body.decode("utf-8"), parse_constant=_not_json, parse_float=_finite_float
-        )
+        text = body.decode("utf-8")
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except RecursionError as exc:
         raise _invalid(f"nested deeper than {MAX_DEPTH} levels") from exc
     except ValueError as exc:  # UnicodeDecodeError included
@@ -56,9 +63,9 @@ def parse_object(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RequestError(400, "invalid_json", "request body must be a JSON object")
     surrogates = _SURROGATE_ESCAPE.search(body) is not None
-    if surrogates or body.count(b"[") + body.count(b"{") > MAX_DEPTH:
+    if surrogates or len(body.translate(None, _NOT_OPENING)) > MAX_DEPTH:
         _check_tree(value, surrogates=surrogates)
-    return value
+    return text, value
 
 
 def _invalid(why: str) -> RequestError:

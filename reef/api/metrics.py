@@ -2,9 +2,9 @@
 
 Request, upstream and log-append latencies are observed where they happen; counts that
 are facts of the log (report fates, candidates, engine loads, completed turns, expired
-sessions, judgements, rollouts, processor lag) are read from the projections at scrape
-time, so every replica reports the same totals; an active rollout's live figures are
-the rollout controller's, read in the background.
+sessions, judgements, rollouts, tokens and cost, processor lag) are read from the
+projections at scrape time, so every replica reports the same totals; an active
+rollout's live figures are the rollout controller's, read in the background.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ class _LogCollector(Collector):
         yield loads
         yield from self._turns()
         yield from self._rollouts()
+        yield from _spend(self._ctx)
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
@@ -157,8 +158,8 @@ class _LogCollector(Collector):
 
     def _rollouts(self) -> Iterator[Metric]:
         """Rollouts by status (folded from the log), and each active rollout's live
-        figures. The only metrics labelled by scenario: one series per scenario with an
-        active rollout (an admin starts each), gone when it ends."""
+        figures, labelled by scenario: one series per scenario with an active rollout (an
+        admin starts each), gone when it ends."""
         book = self._ctx.projection.state.rollouts
         statuses: dict[str, int] = {}
         for view in book.scenarios.values():
@@ -206,6 +207,38 @@ class _LogCollector(Collector):
             )
             in_flight.add_metric([], self._ctx.judge.status()["in_flight"])
             yield in_flight
+
+
+def _spend(ctx: AppContext) -> Iterator[Metric]:
+    """Tokens and cost per scenario and release that served, folded from the log while a
+    price table is set: one series per release that answered (docs/cost.md)."""
+    if not ctx.settings.prices:
+        return
+    cost = CounterMetricFamily(
+        "reef_cost_usd",
+        "USD the recorded exchanges cost under the price table.",
+        labels=["scenario", "release"],
+    )
+    tokens = CounterMetricFamily(
+        "reef_tokens",
+        "Tokens the recorded exchanges used, by kind.",
+        labels=["scenario", "release", "kind"],
+    )
+    unpriced = CounterMetricFamily(
+        "reef_exchanges_unpriced",
+        "Recorded exchanges without a cost (model not in the table, or no usage).",
+        labels=["scenario", "release"],
+    )
+    ledger = ctx.projection.state.spend
+    for scenario in sorted(ledger.scenarios):
+        for release, spend in ledger.by_release(scenario).items():
+            cost.add_metric([scenario, release], spend.cost_usd)
+            unpriced.add_metric([scenario, release], spend.exchanges - spend.priced)
+            for kind, count in spend.tokens().items():
+                tokens.add_metric([scenario, release, kind], count)
+    yield cost
+    yield tokens
+    yield unpriced
 
 
 #: a rollout's statuses, as counted in ``reef_rollouts``

@@ -2,7 +2,7 @@
 
 Most routes parse their body and headers themselves (size limit first, then JSON), so
 FastAPI cannot infer them; the route decorators declare them here instead: request body
-schemas, the ``x-reef-scenario`` header and the error answers (PROTOCOL.md). They are
+schemas, the ``x-reef-scenario`` header and the error answers (docs/reference/http.md). They are
 documentation only: nothing here validates a request. :func:`finish` adjusts the
 generated document once (scenario path parameters, bearer auth, no 422).
 """
@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 
 from reef.artifacts.lfs import LFS_MEDIA_TYPE
 
-#: PROTOCOL.md "Common rules"; reef.core.ids.SCENARIO_NAME is the check
+#: the HTTP contract's common rules; reef.core.ids.SCENARIO_NAME is the check
 SCENARIO_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 REEF_ERROR: Final[dict[str, Any]] = {
@@ -63,9 +63,12 @@ SCENARIO_HEADER: Final[dict[str, Any]] = {
 
 REPORT_BODY: Final[dict[str, Any]] = {
     "type": "object",
-    "required": ["score"],
+    "description": "A score, feedback, or both (neither: 400 empty_report).",
     "properties": {
-        "score": {"type": "number", "description": "Finite; booleans are refused."},
+        "score": {
+            "type": "number",
+            "description": "Finite; booleans are refused. Optional when feedback is given.",
+        },
         "feedback": {"anyOf": [{"type": "string"}, {"type": "object"}]},
         "references": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "metadata": {"type": "object"},

@@ -24,31 +24,42 @@ router = APIRouter()
 
 @dataclass(frozen=True, slots=True)
 class ReportInput:
-    """A validated report body (unknown top-level keys are ignored)."""
+    """A validated report body (unknown top-level keys are ignored): a score, feedback
+    (text or an object, e.g. a correction), or both."""
 
     report_id: str
     client_chosen: bool
-    score: float
+    score: float | None
     feedback: str | dict[str, Any]
     references: list[str]
     metadata: dict[str, Any]
 
     def content(self) -> dict[str, Any]:
-        return {
+        """What the content hash covers (a scored report's is what it always was)."""
+        content: dict[str, Any] = {
             "score": self.score,
             "feedback": self.feedback,
             "references": self.references,
             "metadata": self.metadata,
         }
+        if self.score is None:
+            del content["score"]
+        return content
 
 
 def validate_report(body: dict[str, Any]) -> ReportInput:
     score = body.get("score")
-    if isinstance(score, bool) or not isinstance(score, int | float) or not _finite(score):
+    if score is not None and (
+        isinstance(score, bool) or not isinstance(score, int | float) or not _finite(score)
+    ):
         raise RequestError(400, "invalid_score", "score must be a finite number (not a boolean)")
     feedback = body.get("feedback", "")
     if not isinstance(feedback, str | dict):
         raise RequestError(400, "invalid_feedback", "feedback must be a string or an object")
+    if score is None and not (feedback.strip() if isinstance(feedback, str) else feedback):
+        raise RequestError(
+            400, "empty_report", "a report needs a score, feedback (text or an object), or both"
+        )
     references = body.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) and r for r in references):
         raise RequestError(
@@ -65,7 +76,7 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
     return ReportInput(
         report_id=chosen.strip() if chosen else new_record_id(),
         client_chosen=chosen is not None,
-        score=float(score),
+        score=None if score is None else float(score),
         feedback=feedback,
         references=list(references),
         metadata=metadata,
@@ -135,6 +146,9 @@ async def submit_report(request: Request) -> JSONResponse:
     curl -H "Authorization: Bearer $REEF_TOKEN" -H "x-reef-scenario: demo" \\
       -d '{"score": 1.0, "feedback": "ok", "references": ["<receipt>"]}' \\
       http://127.0.0.1:8900/reef/report
+
+    ``score`` may be left out when ``feedback`` says what was wrong (or carries a
+    correction); a recipe that trains on scores skips such a sample (``no_score``).
     """
     ctx = context_of(request)
     principal = ctx.authenticate(request, "report")

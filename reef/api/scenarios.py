@@ -13,6 +13,7 @@ from reef.api.auth import Principal
 from reef.api.context import authorised, context_of
 from reef.api.inputs import checked_scenario, parse_object, read_body
 from reef.core import topics
+from reef.core.erasure import session_receipts, tracked_receipts
 from reef.core.errors import RequestError
 from reef.core.events import InferenceRecorded, RecordErased, ReportSubmitted
 from reef.log.partitioner import partition_for
@@ -207,6 +208,59 @@ async def erase_record(scenario: str, record_id: str, request: Request) -> JSONR
     return JSONResponse(body | extra, headers=NO_STORE)
 
 
+@router.delete(
+    "/reef/scenarios/{scenario}/sessions/{session_id}",
+    responses=openapi.errors(400, 401, 403, 404, 503),
+)
+async def erase_session(scenario: str, session_id: str, request: Request) -> JSONResponse:
+    """Erase an agent session (admin): every exchange of it, as ``DELETE .../records/<id>``
+    erases one, with their shadow copies (:mod:`reef.core.erasure` says which).
+
+    The session is its tag (``x-reef-tag-session``) or, when sessions are tracked, its id
+    on ``reef.turns``. Answers once every key is destroyed; ``erased`` lists the receipts
+    erased now, ``already_erased`` the others; exchanges recorded before bodies were
+    sealed cannot be erased (``not_erasable``). No exchange of that session: 404.
+
+    curl -X DELETE -H "Authorization: Bearer $REEF_TOKEN" \\
+      http://127.0.0.1:8900/reef/scenarios/demo/sessions/<session>
+    """
+    ctx = context_of(request)
+    principal = ctx.authenticate(request, "admin")
+    principal.require_scenario(checked_scenario(scenario))
+    registry.find(ctx, scenario)
+    turns = [s.event async for s in _scenario_events(request, topics.TURNS, scenario, 0, raw=True)]
+    tracked = tracked_receipts(session_id, (e for e in turns if e is not None))
+    exchanges: dict[str, InferenceRecorded] = {}
+    erased: set[str] = set()
+    async for stored in _scenario_events(request, topics.INFERENCE, scenario, 0, raw=True):
+        if isinstance(stored.event, InferenceRecorded):
+            exchanges[stored.event.event_id] = stored.event
+        elif isinstance(stored.event, RecordErased):
+            erased.add(stored.event.record_id)
+    members = session_receipts(session_id, exchanges.values(), tracked)
+    if not members:
+        raise RequestError(
+            404, "unknown_session", f"no exchange of session {session_id!r} in {scenario!r}"
+        )
+    sealed = [r for r in members if exchanges[r].sealed]
+    for receipt in sealed:
+        await ctx.store.erase(
+            scenario,
+            receipt,
+            producer=ctx.producer,
+            requested_by=principal.name,
+            announce=receipt not in erased,
+        )
+    body = {
+        "scenario": scenario,
+        "session": session_id,
+        "erased": [r for r in sealed if r not in erased],
+        "already_erased": [r for r in sealed if r in erased],
+        "not_erasable": [r for r in members if not exchanges[r].sealed],
+    }
+    return JSONResponse(body, headers=NO_STORE)
+
+
 async def _scenario_events(  # type: ignore[no-untyped-def]
     request: Request, topic: str, scenario: str, start: int, *, raw: bool = False
 ):
@@ -248,6 +302,8 @@ def record_json(stored: StoredEvent) -> dict[str, Any]:
             "response": _json_or_text(event.response_json),
             "tags": event.tags,
             "usage": {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens},
+            # blocks it repeats from an erased record read as {"erased": true}
+            **({"partly_erased": True} if stored.partly_erased else {}),
         }
     if isinstance(event, ReportSubmitted):
         return base | {

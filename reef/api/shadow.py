@@ -43,10 +43,12 @@ from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
 from reef.artifacts.parts import harness_part
 from reef.core import routing, shadow
+from reef.core.cost import NO_USAGE, Usage, exchange_cost
 from reef.core.errors import ReefError
 from reef.core.events import InferenceRecorded, utc_now
 from reef.services.eventstore import EventStore
 from reef.services.projection import ProjectionFollower, ReleaseView
+from reef.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class ShadowContext(Protocol):
     def projection(self) -> ProjectionFollower: ...
     @property
     def adapter_contents(self) -> dict[str, bool]: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +174,7 @@ class ShadowCopies:
             error=f"upstream answered {reply.status_code}" if failed else None,
             sent=body,
             response=text,
-            usage=(None, None) if parsed is None else usage_of(parsed),
+            usage=NO_USAGE if parsed is None else usage_of(parsed),
             version=version,
             served_release_id=version if version in known else None,
         )
@@ -251,7 +255,7 @@ def _record(
     error: str | None = None,
     sent: dict[str, Any] | None = None,
     response: str | None = None,
-    usage: tuple[int | None, int | None] = (None, None),
+    usage: Usage = NO_USAGE,
     version: str | None = None,
     served_release_id: str | None = None,
 ) -> InferenceRecorded:
@@ -275,8 +279,11 @@ def _record(
         response_json=response,
         latency_ms=latency_ms,
         upstream_latency_ms=latency_ms,
-        input_tokens=usage[0],
-        output_tokens=usage[1],
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=usage.cache_read_tokens,
+        cache_creation_input_tokens=usage.cache_write_tokens,
+        cost_usd=exchange_cost(request.model, usage, ctx.settings.prices),
         tags=dict(request.tags),
         shadow_of=request.served_receipt,
     )

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from reef import __version__
 from reef.api import openapi
 from reef.api.context import AppContext, context_of, processor_group, processor_lag
 from reef.api.rollouts import rollout_json
@@ -40,9 +41,10 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/reef/status", responses=openapi.errors(401, 403, 503))
 async def status(request: Request) -> JSONResponse:
-    """Per-scenario heads, engines, the latest rollout (live figures per arm while active)
-    and (sessions tracked) turn and judgement figures, processor lag, samples pending, the
-    in-process trainer and judge, this replica's state.
+    """Per-scenario heads, engines, the latest rollout (live figures per arm while active),
+    (sessions tracked) turn and judgement figures and (a price table set) tokens and cost
+    in total and per release, processor lag, samples pending, the in-process trainer and
+    judge, this replica's state.
 
     A token bound to scenarios sees only those scenarios, and none of the figures that
     span the whole deployment (processors, samples pending, trainer, judge, projection
@@ -65,6 +67,7 @@ async def status(request: Request) -> JSONResponse:
             },
             **_turns(ctx, name),
             **_rollout(ctx, name),
+            **_spend(ctx, name),
         }
         for name, view in sorted(state.scenarios.items())
         if principal.may_use(name)
@@ -72,6 +75,7 @@ async def status(request: Request) -> JSONResponse:
     if not principal.unrestricted:
         return JSONResponse(
             {
+                "version": __version__,
                 "producer": ctx.producer,
                 "log": ctx.settings.log,
                 "projection": {"healthy": ctx.projection.healthy()},
@@ -80,6 +84,7 @@ async def status(request: Request) -> JSONResponse:
         )
     return JSONResponse(
         {
+            "version": __version__,
             "producer": ctx.producer,
             "log": ctx.settings.log,
             "projection": {"healthy": ctx.projection.healthy(), "digest": state.digest()},
@@ -105,6 +110,16 @@ def _rollout(ctx: AppContext, scenario: str) -> dict[str, Any]:
     if current.active and live is not None and live["rollout_id"] == current.rollout_id:
         body["figures"] = live_figures(live, utc_now())
     return {"rollout": body}
+
+
+def _spend(ctx: AppContext, scenario: str) -> dict[str, Any]:
+    """A scenario's exchanges, tokens by rate and cost, in total and per release that
+    served them, while a price table is set (docs/cost.md)."""
+    if not ctx.settings.prices:
+        return {}
+    ledger = ctx.projection.state.spend
+    releases = {r: spend.as_json() for r, spend in ledger.by_release(scenario).items()}
+    return {"spend": {**ledger.scenario(scenario).as_json(), "releases": releases}}
 
 
 def _turns(ctx: AppContext, scenario: str) -> dict[str, Any]:

@@ -2,8 +2,7 @@
 
 Reef only relays to the upstream: it builds one request, reads one reply whole or as a
 stream of chunks, and keeps nothing else. :mod:`reef.api.http_client` does exactly that
-and no more (measured there against aiohttp's client, which Reef used before, and httpx
-over aiohttp before that).
+and no more, since its cost is paid on every request (``docs/performance.md``).
 
 The client's errors are translated once, here: a refused or failed connection → 502
 ``upstream_unavailable``, a timeout → 504 ``upstream_timeout`` (both before any byte of
@@ -19,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from multidict import CIMultiDictProxy
+from starlette.datastructures import Headers
 
 from reef.api.http_client import ConnectFailed, HttpClient, HttpClientError, Reply, TimedOut
 from reef.core.errors import RequestError, UpstreamBrokeError
+from reef.core.routing import LOGPROBS_HEADER
 from reef.settings import Settings
 
 #: client headers relayed upstream; everything else (Authorization, x-api-key, cookies,
@@ -36,6 +37,10 @@ FORWARDED_HEADERS: Final = (
     "openai-project",
 )
 DEFAULT_ANTHROPIC_VERSION: Final = "2023-06-01"
+#: the routes whose request has no ``logprobs`` member Reef could set for the token
+#: record: Reef asks with a header instead (:data:`reef.core.routing.LOGPROBS_HEADER`;
+#: chat completions get ``logprobs`` in the body, as SGLang reads it: reef.api.inference)
+HEADER_ASKED_LOGPROBS: Final = frozenset({"/messages", "/responses"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,12 @@ class Upstream:
         self._connect_timeout = settings.upstream_connect_timeout_s
         self._read_timeout = settings.upstream_read_timeout_s
         self._max_connections = settings.upstream_max_connections
+        #: top logprobs per token to ask an engine for (0: ids and logprobs); None: none
+        self._logprobs = (
+            settings.record_top_logprobs
+            if settings.record_tokens or settings.record_top_logprobs
+            else None
+        )
         self._client: HttpClient | None = None
 
     @property
@@ -127,7 +138,7 @@ class Upstream:
     ) -> UpstreamRequest:
         if not self.configured:
             raise RequestError(502, "no_upstream", "no upstream is configured for this deployment")
-        headers = {name: client[name] for name in FORWARDED_HEADERS if name in client}
+        headers = {name: _joined(client, name) for name in FORWARDED_HEADERS if name in client}
         if body is not None:  # Reef parsed it as JSON, whatever the client declared
             headers["content-type"] = "application/json"
         if self._key:
@@ -137,6 +148,8 @@ class Upstream:
                 headers["authorization"] = f"Bearer {self._key}"
         if self.dialect == "anthropic" or suffix.startswith("/messages"):
             headers.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
+        if self._logprobs is not None and suffix in HEADER_ASKED_LOGPROBS:
+            headers[LOGPROBS_HEADER] = str(self._logprobs)
         return UpstreamRequest(method, self.base_url + suffix, body, headers)
 
     async def send(self, request: UpstreamRequest, *, stream: bool) -> UpstreamReply:
@@ -164,6 +177,14 @@ class Upstream:
             if reply is not None and not stream:
                 reply.release()
         return UpstreamReply(reply, content)
+
+
+def _joined(client: Mapping[str, str], name: str) -> str:
+    """A header sent on several lines (``anthropic-beta: a`` and ``anthropic-beta: b``) as
+    one comma-separated value, which means the same (RFC 9110, 5.3)."""
+    if isinstance(client, Headers):
+        return ", ".join(client.getlist(name))
+    return client[name]
 
 
 def relayed_status(upstream_status: int) -> int:

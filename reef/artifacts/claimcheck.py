@@ -49,6 +49,10 @@ class ClaimCheck:
             return None
         return ref_for(self._store.put_bytes(data).oid)
 
+    def store_bytes(self, data: bytes) -> str:
+        """``data``'s ``sha256:<oid>`` once stored, whatever its size (a block pack)."""
+        return ref_for(self._store.put_bytes(data).oid)
+
     def fetch_bytes(self, ref: str) -> bytes:
         """An offloaded object's bytes (sha256-verified by the store)."""
         return self._store.get_bytes(parse_ref(ref))

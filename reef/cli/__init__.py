@@ -13,7 +13,6 @@ from typing import Any, Final
 
 import click
 
-from reef import __version__
 from reef.core.errors import ReefError
 
 #: command name -> "module:attribute" of its click command
@@ -27,6 +26,7 @@ COMMANDS: Final = {
     "judge": "reef.cli.judge:judge",
     "log": "reef.cli.log:log",
     "replay": "reef.cli.replay:replay_command",
+    "samples": "reef.cli.samples:samples",
     "serve": "reef.cli.serve:serve",
     "sidecar": "reef.cli.sidecar:sidecar",
     "stack": "reef.cli.stack:stack",
@@ -61,6 +61,6 @@ class ReefGroup(click.Group):
 
 
 @click.group(cls=ReefGroup)
-@click.version_option(__version__, prog_name="reef")
+@click.version_option(package_name="reef", prog_name="reef")
 def main() -> None:
     """Reef: continual-learning infrastructure for LLM agents."""

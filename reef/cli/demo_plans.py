@@ -309,7 +309,7 @@ WARM_STEPS: Final = 30
 def build_warm_start(folder: Path, train_words: list[str]) -> Path:
     """The tiny model after a short imitation warm-up on *copying* words (8 rounds of 30
     AdamW steps on 32 training words each): it answers "First letter of: <word>" with a
-    garbled copy of the word, partial credit only (held-out ~0.06-0.1). Deterministic."""
+    garbled copy of the word, partial credit only (a low held-out score). Deterministic."""
     from recipes.training import SftTraining
     from trainers.backends.torch_backend import train_sft
 

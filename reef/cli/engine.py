@@ -15,6 +15,7 @@ import click
 
 from reef.cli.options import SERVER_KEEP_ALIVE_S
 from reef.engine.config import EngineConfig
+from reef.engine.tool_parsers import PARSERS
 
 
 @click.command("engine")
@@ -75,6 +76,13 @@ from reef.engine.config import EngineConfig
     help="Seconds a weight-update group rendezvous or broadcast may block.",
 )
 @click.option(
+    "--tool-call-parser",
+    default=None,
+    type=click.Choice(sorted(PARSERS)),
+    help="How tool calls are read from the model's output (SGLang's flag; default: "
+    "pythonic for the built-in models, no parsing for a folder).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -93,6 +101,7 @@ def engine(
     served_model_name: str | None,
     max_concurrency: int,
     group_timeout_s: float,
+    tool_call_parser: str | None,
     log_level: str,
 ) -> None:
     """Serve a model over SGLang's native API and OpenAI chat completions.
@@ -116,6 +125,7 @@ def engine(
             served_model_name=served_model_name,
             max_concurrency=max_concurrency,
             group_timeout_s=group_timeout_s,
+            tool_call_parser=tool_call_parser,
             log_level=log_level,
         )
     )
@@ -159,6 +169,7 @@ _REEF_ONLY = (
     "served_model_name",
     "max_concurrency",
     "group_timeout_s",
+    "tool_call_parser",
     "log_level",
 )
 

@@ -1,4 +1,4 @@
-"""``reef export``: a topic's events as JSON lines or Parquet (see :mod:`reef.stream.export`)."""
+"""``reef export``: a topic's events as JSON lines or Parquet (see :mod:`reef.history.export`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import click
 from reef.cli.options import log_options, pop_log_flags, settings_from
 from reef.core.errors import ConfigError
 from reef.core.topics import ALL_TOPICS
+from reef.history import SkippedRecord, open_stream
+from reef.history.export import write_jsonl, write_parquet
 from reef.settings import Settings
-from reef.stream import SkippedRecord, open_stream
-from reef.stream.export import write_jsonl, write_parquet
 
 #: ISO 8601 as operators write it: date, seconds, fractions, an offset or ``Z``
 _SINCE_FORMATS = [

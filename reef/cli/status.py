@@ -49,6 +49,7 @@ def render(body: dict[str, Any], console: Console) -> None:
     console.print(lag)
     _render_rollouts(body, console)
     _render_turns(body, console)
+    _render_spend(body, console)
 
 
 def _render_rollouts(body: dict[str, Any], console: Console) -> None:
@@ -110,3 +111,31 @@ def _render_turns(body: dict[str, Any], console: Console) -> None:
             f"judge (in process): {judge.get('in_flight', 0)} in flight, "
             f"{judge.get('judged', 0)} judged, {judge.get('failed', 0)} failed{error}"
         )
+
+
+def _render_spend(body: dict[str, Any], console: Console) -> None:
+    """Tokens and cost per scenario and serving release (shown only with a price table)."""
+    found = {name: info["spend"] for name, info in body["scenarios"].items() if "spend" in info}
+    if not found:
+        return
+    table = Table(
+        "scenario", "release", "priced/exchanges", "input", "cache read", "cache write",
+        "output", "cost USD",
+    )  # fmt: skip
+    for name, spend in found.items():
+        for release, figures in spend["releases"].items():
+            table.add_row(name, release[:16], *_spend_cells(figures))
+        if len(spend["releases"]) > 1:
+            table.add_row(name, "all", *_spend_cells(spend))
+    console.print(table)
+
+
+def _spend_cells(figures: dict[str, Any]) -> list[str]:
+    return [
+        f"{figures['priced']}/{figures['exchanges']}",
+        str(figures["uncached_input_tokens"]),
+        str(figures["cache_read_tokens"]),
+        str(figures["cache_write_tokens"]),
+        str(figures["output_tokens"]),
+        f"{figures['cost_usd']:.6f}",
+    ]

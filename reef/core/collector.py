@@ -3,8 +3,8 @@
 A fold allocates a great deal (decoded events, state values, outputs) and keeps most of it
 until the batch is committed: none of it cyclic. A collection triggered meanwhile walks
 those young objects, and every few hundred thousand allocations a full one walks the whole
-state held in memory again (a replay's growing tables, a host's state cache): measured, a
-quarter of a replay's CPU time and an eighth of the embedded host's. Paused over one batch,
+state held in memory again (a replay's growing tables, a host's state cache), work that
+grows with the state and finds nothing to free. Paused over one batch,
 the collector runs once the batch is over, on what it left: cyclic garbage is still
 collected, only later.
 """

@@ -1,9 +1,16 @@
-"""Conversation keys for session merging: which exchange a request continues.
+"""Conversation keys for the join's session merging: which exchange a request continues.
 
 An exchange (request messages + the answer) is a prefix of a later request when the
 later request's messages start with exactly those messages followed by that answer.
-Messages are normalised to (role, text) so the two dialects and string/block content
-forms compare equal.
+Messages are compared in the conversation model's canonical form
+(:mod:`reef.core.dialogue.canonical`: role, text, tool calls), so the dialects,
+string and block content, and tool-using turns compare equal.
+
+Bodies reach the join sealed, so a message is compared by the fingerprint the API
+recorded for it (:mod:`reef.core.fingerprints`: a keyed hash of that same canonical
+form); only a record without fingerprints whose bodies are in clear is compared by
+its text. A fingerprint is a string and a canonical message a list, so the two never
+share a key.
 """
 
 from __future__ import annotations
@@ -12,51 +19,30 @@ import hashlib
 import json
 from typing import Any
 
-
-def _text(content: Any) -> Any:
-    if isinstance(content, list):
-        parts = [
-            block.get("text", "") if isinstance(block, dict) else str(block)
-            for block in content
-            if not isinstance(block, dict) or block.get("type", "text") in ("text", "output_text")
-        ]
-        return "".join(parts)
-    return content
-
-
-def normalise(message: Any) -> list[Any]:
-    if not isinstance(message, dict):
-        return ["?", message]
-    return [message.get("role"), _text(message.get("content"))]
+from reef.core.dialogue import canonical
+from reef.core.events import InferenceRecorded
 
 
 def request_messages(request: Any) -> list[list[Any]]:
-    """The conversation a request carries (Anthropic's ``system`` first), normalised."""
-    if not isinstance(request, dict):
-        return []
-    out: list[list[Any]] = []
-    if request.get("system"):
-        out.append(["system", _text(request["system"])])
-    messages = request.get("messages")
-    if isinstance(messages, list):
-        out.extend(normalise(m) for m in messages)
-    return out
+    """The conversation a request carries, canonical (empty: it carries none)."""
+    return canonical.canonical_messages(request) or []
 
 
 def answer_message(response: Any) -> list[Any] | None:
-    """The assistant turn a response gave, in either dialect (buffered or assembled stream)."""
-    if not isinstance(response, dict):
+    """The first message of the answer a response gave, canonical."""
+    return canonical.canonical_answer(response)
+
+
+def turns_of(event: InferenceRecorded, request: Any, response: Any) -> tuple[list[Any], Any] | None:
+    """(the request's messages, the answer or None) as the join compares them: the
+    recorded fingerprints, else the clear bodies; None when neither can be read."""
+    if event.message_fingerprints is not None:
+        return list(event.message_fingerprints), event.answer_fingerprint
+    if event.sealed:
         return None
-    if isinstance(response.get("message"), dict):  # an assembled stream
-        return normalise(response["message"])
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return normalise(choices[0].get("message"))
-    if response.get("type") == "message":
-        return ["assistant", _text(response.get("content"))]
-    return None
+    return request_messages(request), answer_message(response)
 
 
-def key_of(messages: list[list[Any]]) -> str:
+def key_of(messages: list[Any]) -> str:
     encoded = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode()).hexdigest()[:32]

@@ -6,7 +6,7 @@
     │   ├── EventValidationError    an event does not match its schema (names the field)
     │   ├── UnknownSchemaError      a payload's fingerprint is not in the catalogue
     │   ├── CorruptRecordError      a payload is not single-object Avro at all
-    │   └── UndecodableRecordError  a record read by reef.stream cannot be decoded or opened
+    │   └── UndecodableRecordError  a record read by reef.history cannot be decoded or opened
     ├── LogError                    the event log
     │   ├── LogUnavailableError     cannot record right now (HTTP 503); nothing was written
     │   └── UnknownTopicError       the topic does not exist

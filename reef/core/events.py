@@ -69,6 +69,11 @@ class InferenceRecorded(Event):
     has_tools: bool | None = None
     #: a shadow copy's served exchange (its receipt): never returned, never trained on
     shadow_of: str | None = None
+    #: prompt-cache tokens as the provider reported them, and the cost priced at record
+    #: time (reef.core.cost normalises the dialects' counts)
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,7 +86,8 @@ class RecordErased(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportSubmitted(Event):
-    score: float
+    #: None: the report gives feedback (text, a correction) and no score
+    score: float | None = None
     feedback_json: str
     references: list[str]
     metadata_json: str
@@ -94,7 +100,7 @@ class SampleJoined(Event):
     report_id: str
     references: list[str]
     trajectory_json: str
-    score: float
+    score: float | None = None
     feedback_json: str
     metadata_json: str
     release_ids: list[str]
@@ -120,6 +126,9 @@ class TurnCompleted(Event):
     matched_by: str
     session_tag: str | None = None
     next_state_role: str | None = None
+    #: a subagent's session: the session and the turn (its receipt) that spawned it
+    parent_session_id: str | None = None
+    parent_receipt_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,6 +140,8 @@ class SessionExpired(Event):
     turns: int
     reason: str
     session_tag: str | None = None
+    parent_session_id: str | None = None
+    parent_receipt_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,8 @@ Bodies are sealed (and may be claim-checked) before they reach the log, so a pro
 cannot read the messages it would compare. The API therefore records, beside the sealed
 bodies, one fingerprint per request message and one for the response's assistant
 message (``InferenceRecorded.message_fingerprints`` / ``answer_fingerprint``), while the
-deployment tracks sessions (``REEF_TRACK_SESSIONS``; off, nothing is computed).
+deployment tracks or merges sessions (``REEF_TRACK_SESSIONS``, ``REEF_MERGE_SESSIONS``;
+both off, nothing is computed).
 
 A fingerprint is ``<role>:<32 hex>``: the role in clear (matching needs it, and it says
 nothing about the content), then HMAC-SHA256 over the canonical message, truncated to
@@ -31,7 +32,8 @@ import hmac
 import json
 from typing import Any
 
-_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+from reef.core.dialogue import canonical
+
 _KEY_LABEL = b"reef-fingerprint-v1/"
 
 
@@ -70,99 +72,7 @@ def has_tools(request: Any) -> bool:
     return isinstance(request, dict) and bool(request.get("tools"))
 
 
-# -- canonical forms -----------------------------------------------------------------
+# -- canonical forms: the conversation model's (reef.core.dialogue.canonical) ---------
 
-
-def canonical_messages(request: Any) -> list[list[Any]] | None:
-    """The request's conversation as canonical messages, in either dialect or route."""
-    if not isinstance(request, dict):
-        return None
-    out: list[list[Any]] = []
-    for head in ("system", "instructions"):  # Anthropic; OpenAI Responses
-        if request.get(head):
-            out.append(["system", _text(request[head]), []])
-    if isinstance(request.get("messages"), list):
-        out.extend(_message(m) for m in request["messages"])
-        return out
-    items = request.get("input")
-    if isinstance(items, str):
-        return [*out, ["user", items, []]]
-    if isinstance(items, list):
-        return out + [m for m in (_item(i) for i in items) if m is not None]
-    return None
-
-
-def canonical_answer(response: Any) -> list[Any] | None:
-    if not isinstance(response, dict):
-        return None
-    if isinstance(response.get("message"), dict):  # a stream Reef assembled
-        return _message(response["message"])
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        return _message(message) if isinstance(message, dict) else None
-    if response.get("type") == "message":  # Anthropic
-        return _message({**response, "role": "assistant"})
-    return None
-
-
-def _message(message: Any) -> list[Any]:
-    if not isinstance(message, dict):
-        return ["?", str(message), []]
-    role = str(message.get("role"))
-    content = message.get("content")
-    calls = [_openai_call(c) for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-    if isinstance(content, list):
-        blocks = [b for b in content if isinstance(b, dict)]
-        calls += [[b.get("name"), b.get("input")] for b in blocks if b.get("type") == "tool_use"]
-        results = [b for b in blocks if b.get("type") == "tool_result"]
-        if results:
-            role = "tool"
-            text = "".join(_text(b.get("content")) for b in results) + _text(content)
-            return [role, text, calls]
-    return [role, _text(content), calls]
-
-
-def _item(item: Any) -> list[Any] | None:
-    """One OpenAI Responses input item (reasoning and unknown items are skipped)."""
-    if not isinstance(item, dict):
-        return None
-    kind = item.get("type", "message")
-    if kind == "message" or (kind is None and "role" in item):
-        return _message(item)
-    if kind == "function_call":
-        return ["assistant", "", [[item.get("name"), _arguments(item.get("arguments"))]]]
-    if kind == "function_call_output":
-        return ["tool", _text(item.get("output")), []]
-    return None
-
-
-def _openai_call(call: dict[str, Any]) -> list[Any]:
-    function = call.get("function")
-    if not isinstance(function, dict):
-        return [None, None]
-    return [function.get("name"), _arguments(function.get("arguments"))]
-
-
-def _arguments(arguments: Any) -> Any:
-    """Arguments as JSON values (OpenAI sends a JSON string; Anthropic an object)."""
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, dict) and b.get("type", "text") in _TEXT_PARTS
-        )
-    return json.dumps(content, sort_keys=True)
+canonical_messages = canonical.canonical_messages
+canonical_answer = canonical.canonical_answer

@@ -11,20 +11,25 @@ or ReportRejected with a reason. Rules, in the order applied:
 3. a reference not recorded yet parks the report until it arrives, or until the
    event time of this partition passes the report's deadline (``unknown_reference``);
 4. with session merging on, each reference brings the unconsumed earlier turns of its
-   conversation; the sample lists receipts in conversation (event-time) order;
+   conversation; the sample lists receipts in conversation (event-time) order. A turn
+   continues an earlier exchange when its request starts with that exchange's messages
+   and answer, compared by the fingerprints the API records beside sealed bodies
+   (:mod:`reef.core.fingerprints`), or by the text of a record that has none and is
+   neither sealed nor claim-checked;
 5. a shadow copy (:mod:`reef.core.shadow`) joins like any exchange but belongs to no
    conversation, and its trajectory step keeps ``shadow_of``: it may score, never train.
 
 Event time, not wall time, drives expiry so that replay reproduces every decision.
 Bodies that were claim-checked stay references (``{"claim": "sha256:<oid>"}``) in the
 state and in samples, so no state or sample record grows with a body; trainers resolve
-them with :class:`reef.artifacts.ClaimCheck` (session merging skips such records).
+them with :class:`reef.artifacts.ClaimCheck`.
 
 Sealed bodies (:mod:`reef.crypto`) are carried as the sealed blobs themselves
 (``{"sealed": ...}`` / ``{"sealed_claim": ...}``): the join never holds a key, so its
 decisions do not depend on which keys still exist and replay stays exact after an
 erasure. A RecordErased drops the record from the state; a later report quoting it is
-rejected as ``erased``. Session merging needs the text, so it skips sealed records too.
+rejected as ``erased``. Session merging reads the fingerprints, never the bodies, so
+it does not depend on keys either.
 """
 
 from __future__ import annotations
@@ -140,26 +145,29 @@ class JoinProcessor:
         }
         if event.shadow_of is not None:  # a shadow copy: in no conversation (reef.core.shadow)
             record[SHADOW_KEY] = event.shadow_of
-        elif self.settings.merge_sessions and not event.sealed:
-            record["parent"] = self._link_session(
-                state, event.scenario, request, response, event.event_id
-            )
+        elif self.settings.merge_sessions:
+            record["parent"] = self._link_session(state, event, request, response)
         state.set(key, record)
         return self._retry_parked(state, event.scenario)
 
     def _link_session(
-        self, state: KeyValueState, scenario: str, request: Any, response: Any, receipt: str
+        self, state: KeyValueState, event: InferenceRecorded, request: Any, response: Any
     ) -> str | None:
-        messages = conversation.request_messages(request)
+        """The receipt this exchange continues (None: none), filing this exchange's own
+        conversation (its messages and answer) for the turn that may continue it."""
+        turns = conversation.turns_of(event, request, response)
+        if turns is None:
+            return None  # sealed or claim-checked without fingerprints: nothing to compare
+        messages, answer = turns
+        prefix = f"conv/{event.scenario}/"
         parent = None
         for end in range(len(messages) - 1, 0, -1):
-            found = state.get(f"conv/{scenario}/{conversation.key_of(messages[:end])}")
+            found = state.get(prefix + conversation.key_of(messages[:end]))
             if found is not None:
                 parent = str(found)
                 break
-        answer = conversation.answer_message(response)
         if answer is not None:
-            state.set(f"conv/{scenario}/{conversation.key_of([*messages, answer])}", receipt)
+            state.set(prefix + conversation.key_of([*messages, answer]), event.event_id)
         return parent
 
     # -- reports -----------------------------------------------------------------------

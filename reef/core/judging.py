@@ -20,12 +20,13 @@ here. The rules:
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from reef.core.dialogue import records, transcript
 
 #: the first line of the evaluative judge's system prompt (stand-ins key on it)
 JUDGE_MARKER = "You are a process reward model judging one turn of an AI agent."
@@ -154,79 +155,31 @@ def _render(turn: TurnView) -> str:
 # -- reading a turn from its bodies ----------------------------------------------------------
 
 
-def turn_view(request: Any, response: Any, next_request: Any) -> TurnView | None:
+def turn_view(
+    request: Any, response: Any, next_request: Any, route: str | None = None
+) -> TurnView | None:
     """The judge's view from turn N's request and response and turn N+1's request
-    (decoded JSON bodies, either dialect); None when a part is missing."""
-    messages = conversation(request)
-    answer = answer_text(response)
-    following = conversation(next_request)
+    (decoded JSON bodies, any dialect, streams as Reef recorded them); None when a part
+    is missing. Tool calls and tool results are shown as text
+    (:mod:`reef.core.dialogue.transcript`)."""
+    messages = conversation(request, route)
+    answer = answer_text(response, route)
+    following = conversation(next_request, route)
     if answer is None or not following:
         return None
     role, text = following[-1]
     return TurnView(tuple(messages), answer, role, text)
 
 
-def conversation(request: Any) -> list[tuple[str, str]]:
+def conversation(request: Any, route: str | None = None) -> list[tuple[str, str]]:
     """A request's messages as (role, text); tool results read as role ``tool``."""
-    if not isinstance(request, dict):
-        return []
-    out: list[tuple[str, str]] = []
-    if request.get("system"):
-        out.append(("system", _text(request["system"])))
-    for message in request.get("messages") or ():
-        if isinstance(message, dict):
-            out.append((_role(message), _message_text(message)))
-    return out
+    found = records.conversation_of(request, route)
+    return [] if found is None else transcript.entries(found.flat())
 
 
-def answer_text(response: Any) -> str | None:
+def answer_text(response: Any, route: str | None = None) -> str | None:
     """The reply of a response (buffered, or an assembled stream), tool calls included."""
-    if not isinstance(response, dict):
+    answer = records.answer_of(response, route)
+    if not answer:
         return None
-    if isinstance(response.get("message"), dict):
-        return _message_text(response["message"])
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        return _message_text(message) if isinstance(message, dict) else None
-    if response.get("type") == "message":
-        return _message_text({"role": "assistant", "content": response.get("content")})
-    return None
-
-
-def _role(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    ):
-        return "tool"
-    return str(message.get("role", "?"))
-
-
-def _message_text(message: dict[str, Any]) -> str:
-    lines = [_text(message.get("content"))]
-    for call in message.get("tool_calls") or ():
-        function = call.get("function", {}) if isinstance(call, dict) else {}
-        lines.append(f"[tool_call: {function.get('name')}({function.get('arguments', '')})]")
-    return "\n".join(line for line in lines if line)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return "" if content is None else json.dumps(content)
-    return "\n".join(filter(None, (_block_text(b) for b in content)))
-
-
-def _block_text(block: Any) -> str:
-    if not isinstance(block, dict):
-        return str(block)
-    kind = block.get("type", "text")
-    if kind in ("text", "output_text", "input_text"):
-        return str(block.get("text", ""))
-    if kind == "tool_use":
-        return f"[tool_call: {block.get('name')}({json.dumps(block.get('input'))})]"
-    if kind == "tool_result":
-        return _text(block.get("content"))
-    return ""
+    return "\n".join(text for _, text in transcript.entries(answer))

@@ -31,13 +31,13 @@ fixed-sample test looked at after every report has no such bound (its error grow
 the looks); a normal-mixture SPRT needs a known or plugged-in variance and holds only
 asymptotically; empirical-Bernstein confidence sequences per arm, compared through a
 union bound, hold too, but each arm's bound pays for its own half of ``alpha`` and for
-every mean it might cover: in a simulation made while choosing (+0.15 at share 0.5)
-they needed a median of 980 exchanges where betting needs 253. Betting tests only the
-null at the boundary, with one test carrying the whole ``alpha``, and its aGRAPA bets
-approximate the growth-optimal (Kelly) bet when the candidate is better. The two
-roll-back tests run at ``alpha`` too (rolling back is the safe error). A candidate not
-proven better is rolled back at the deadline: waiting never makes an unproven candidate
-the head. Measured figures are in ``tests/unit/test_live_decision.py``.
+every mean it might cover, so they need several times the exchanges betting needs to
+decide on the same difference. Betting tests only the null at the boundary, with one test
+carrying the whole ``alpha``, and its aGRAPA bets approximate the growth-optimal (Kelly)
+bet when the candidate is better. The two roll-back tests run at ``alpha`` too (rolling
+back is the safe error). A candidate not proven better is rolled back at the deadline:
+waiting never makes an unproven candidate the head. ``tests/unit/test_live_decision.py``
+simulates the error rates.
 
 Pure: no clock (the caller passes the elapsed time), no I/O; the outcomes' order is the
 log's, so a replay reaches the same decision at the same outcome.

@@ -37,6 +37,11 @@ DRAWS: Final = 1 << 64
 SERVE_RELEASE_HEADER: Final = "x-reef-serve-release"
 #: how ``reef engine`` (and SGLang through meta_info) reports the weights that answered
 WEIGHT_VERSION_HEADER: Final = "x-weight-version"
+#: the header the API asks for the token record in on the routes whose request has no
+#: ``logprobs`` member to set (Anthropic messages, Responses): its value is the number of
+#: top logprobs per token (0: ids and logprobs only). Reef's engine answers it with
+#: ``meta_info``; other providers ignore an unknown header.
+LOGPROBS_HEADER: Final = "x-reef-logprobs"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Topic names and which event types each carries (DESIGN.md section 1).
+"""Topic names and which event types each carries.
 
 All event topics are co-partitioned (same partition count) and keyed by scenario,
 so one worker owns all of a scenario's events.

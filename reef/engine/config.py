@@ -25,6 +25,9 @@ class EngineConfig:
     group_timeout_s: float = 300.0
     #: ``max_new_tokens`` when a request gives none (SGLang's default)
     default_max_new_tokens: int = 128
+    #: SGLang's ``--tool-call-parser`` (``qwen25``, ``hermes``, ``llama3``, ``pythonic``);
+    #: unset: the built-in models' ``pythonic``, and no parsing for a model folder
+    tool_call_parser: str | None = None
     log_level: str = "info"
 
     @property

@@ -103,6 +103,9 @@ class GenerateReqInput(_Request):
 
 
 class ChatMessage(_Request):
+    #: kept whole: ``tool_calls``, ``tool_call_id`` and ``name`` reach the conversation model
+    model_config = ConfigDict(extra="allow")
+
     role: str
     content: str | list[dict[str, Any]] | None = None
 
@@ -135,3 +138,6 @@ class ChatCompletionRequest(_Request):
     #: SGLang's extensions: the LoRA adapter to serve this request with; keep going past eos
     lora_path: str | None = None
     ignore_eos: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None

@@ -1,5 +1,10 @@
 """OpenAI-compatible routes: ``/v1/chat/completions`` (buffered and SSE) and ``/v1/models``.
 
+Tools as OpenAI's: ``tools``, ``tool_choice``, ``parallel_tool_calls``; the calls the
+engine's tool-call parser finds come back as ``message.tool_calls`` (streamed: one
+``delta.tool_calls`` chunk per call, its arguments whole) with finish reason
+``tool_calls`` (:mod:`reef.engine.turns` says what each tool choice does).
+
 Every response names the weights that produced it: a top-level ``weight_version`` field
 (in every SSE chunk too) and the ``x-weight-version`` header. With ``"logprobs": true``
 the body also carries SGLang-style ``meta_info`` (``output_token_logprobs``,
@@ -21,62 +26,56 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from reef.core.dialogue.records import conversation_of
 from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.errors import EngineError
 from reef.engine.generation import Completion, Step
 from reef.engine.protocol import ChatCompletionRequest
 from reef.engine.routes_native import runtime_of
 from reef.engine.runtime import EngineRuntime, GenerationRequest
-from reef.engine.shaping import chat_sampling, token_logprobs, usage, visible_text
+from reef.engine.shaping import chat_sampling, token_logprobs, usage
+from reef.engine.tool_parsers import ParsedCall
+from reef.engine.turns import (
+    Answer,
+    LastPiece,
+    TextPiece,
+    Turn,
+    adapter_named,
+    answer_of,
+    pieces,
+    turn_of,
+)
 
 router = APIRouter(prefix="/v1")
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def _adapter(body: ChatCompletionRequest, runtime: EngineRuntime) -> str | None:
-    """The adapter the request names, as SGLang reads it (``model`` before ``lora_path``)."""
-    _, colon, named = body.model.partition(":")
-    if colon and named.strip():
-        return named.strip()
-    if body.lora_path:
-        return body.lora_path
-    if body.model and body.model in runtime.model.snapshot().adapters:
-        return body.model
-    return None
-
-
-def _prompt_ids(body: ChatCompletionRequest, runtime: EngineRuntime) -> list[int]:
-    tokenizer = runtime.tokenizer
-    if not getattr(tokenizer, "chat_template", None):
-        raise EngineError("the model's tokenizer has no chat template")
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(encoded, Mapping):
-        encoded = encoded["input_ids"]
-    return [int(token) for token in encoded]
-
-
 def _generation_request(
     body: ChatCompletionRequest, runtime: EngineRuntime, release: str | None = None
-) -> GenerationRequest:
+) -> tuple[GenerationRequest, Turn]:
     if body.n != 1:
         raise EngineError("the local engine generates one choice per request (n=1)")
+    conversation = conversation_of(body.model_dump(exclude_unset=True), "/v1/chat/completions")
+    if conversation is None:
+        raise EngineError("the request carries no messages")
+    turn = turn_of(conversation, runtime, "chat")
     top = body.top_logprobs or 0
-    return GenerationRequest(
-        prompt_ids=_prompt_ids(body, runtime),
+    generation = GenerationRequest(
+        prompt_ids=turn.prompt_ids,
         sampling=chat_sampling(body, runtime.config.default_max_new_tokens),
-        adapter=_adapter(body, runtime),
+        adapter=adapter_named(body.model, body.lora_path, runtime),
         release=release or None,
         top_logprobs=top if body.logprobs else 0,
     )
+    return generation, turn
 
 
 def _logprob_entry(runtime: EngineRuntime, step: Step) -> dict[str, Any]:
@@ -92,7 +91,7 @@ def _logprob_entry(runtime: EngineRuntime, step: Step) -> dict[str, Any]:
     }
 
 
-def _meta_info(version: str, completion: Completion) -> dict[str, Any]:
+def meta_info(version: str, completion: Completion) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "output_token_logprobs": token_logprobs(completion, None),
         "input_ids": completion.prompt_ids,
@@ -106,6 +105,18 @@ def _meta_info(version: str, completion: Completion) -> dict[str, Any]:
             [[lp, token, None] for token, lp in step.top] for step in completion.steps
         ]
     return meta
+
+
+def _finish(answer: Answer) -> str:
+    return "tool_calls" if answer.calls else _FINISH[answer.completion.finish_type]
+
+
+def _tool_call(call: ParsedCall) -> dict[str, Any]:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
 class _Chat:
@@ -127,20 +138,22 @@ class _Chat:
             "weight_version": self.version,
         }
 
-    def buffered(self, completion: Completion) -> dict[str, Any]:
-        text = visible_text(
-            self.runtime.decode(completion.output_ids), chat_sampling(self.body, 0), completion
-        )
+    def buffered(self, answer: Answer) -> dict[str, Any]:
+        completion = answer.completion
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+        if answer.calls:
+            message["content"] = answer.text or None
+            message["tool_calls"] = [_tool_call(call) for call in answer.calls]
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": self._logprobs(completion.steps),
-            "finish_reason": _FINISH[completion.finish_type],
+            "finish_reason": _finish(answer),
         }
         body = self.envelope("chat.completion", [choice])
         body["usage"] = dict(usage(completion))
         if self.body.logprobs:
-            body["meta_info"] = _meta_info(self.version, completion)
+            body["meta_info"] = meta_info(self.version, completion)
         return body
 
     def _logprobs(self, steps: list[Step]) -> dict[str, Any] | None:
@@ -157,32 +170,26 @@ class _Chat:
         }
         return b"data: " + orjson.dumps(self.envelope("chat.completion.chunk", [choice])) + b"\n\n"
 
-    async def frames(
-        self, first: Step | Completion, events: AsyncIterator[tuple[str, Step | Completion]]
-    ) -> AsyncIterator[bytes]:
-        sampling = chat_sampling(self.body, 0)
+    async def frames(self, streamed: AsyncIterator[TextPiece | LastPiece]) -> AsyncIterator[bytes]:
         yield self.chunk({"role": "assistant", "content": ""}, [], None)
-        ids: list[int] = []
-        shown, pending = "", []
-        item = first
-        while isinstance(item, Step):
-            ids.append(item.token_id)
-            pending.append(item)
-            text = visible_text(self.runtime.decode(ids), sampling, None)
-            if text.startswith(shown) and len(text) > len(shown):
-                yield self.chunk({"content": text[len(shown) :]}, pending, None)
-                shown, pending = text, []
-            item = (await anext(events))[1]
-        completion = item
-        text = visible_text(self.runtime.decode(completion.output_ids), sampling, completion)
-        if len(text) > len(shown) or pending:
-            yield self.chunk({"content": text[len(shown) :]}, pending, None)
-        yield self.final_chunk(completion)
+        async for piece in streamed:
+            if isinstance(piece, TextPiece):
+                yield self.chunk({"content": piece.text}, piece.steps, None)
+                continue
+            pending = piece.steps
+            if piece.text or (pending and not piece.answer.calls):
+                yield self.chunk({"content": piece.text}, pending, None)
+                pending = []
+            for index, call in enumerate(piece.answer.calls):
+                delta = {"tool_calls": [{"index": index, **_tool_call(call)}]}
+                yield self.chunk(delta, pending, None)
+                pending = []
+            yield self.final_chunk(piece.answer)
         yield b"data: [DONE]\n\n"
 
-    def final_chunk(self, completion: Completion) -> bytes:
+    def final_chunk(self, answer: Answer) -> bytes:
         """The last chunk: finish reason, and usage / meta_info when asked for."""
-        finish = _FINISH[completion.finish_type]
+        completion, finish = answer.completion, _finish(answer)
         body = self.envelope(
             "chat.completion.chunk",
             [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
@@ -191,7 +198,7 @@ class _Chat:
         if options is not None and options.include_usage:
             body["usage"] = dict(usage(completion))
         if self.body.logprobs:
-            body["meta_info"] = _meta_info(self.version, completion)
+            body["meta_info"] = meta_info(self.version, completion)
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
@@ -203,16 +210,18 @@ async def chat_completions(
     ``curl --json '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
     "temperature": 0, "max_tokens": 8}' localhost:30000/v1/chat/completions``"""
     runtime = runtime_of(request)
-    generation = _generation_request(body, runtime, request.headers.get(SERVE_RELEASE_HEADER))
+    release = request.headers.get(SERVE_RELEASE_HEADER)
+    generation, turn = _generation_request(body, runtime, release)
     if not body.stream:
         version, completion = await runtime.complete(generation)
         chat = _Chat(body, runtime, version)
-        return JSONResponse(chat.buffered(completion), headers={"x-weight-version": version})
+        answer = answer_of(runtime, generation.sampling, turn, completion)
+        return JSONResponse(chat.buffered(answer), headers={"x-weight-version": version})
     events = runtime.stream(generation)
     version, first = await anext(events)
     chat = _Chat(body, runtime, version)
     return StreamingResponse(
-        chat.frames(first, events),
+        chat.frames(pieces(runtime, generation.sampling, turn, first, events)),
         media_type="text/event-stream",
         headers={"x-weight-version": version, "cache-control": "no-cache"},
     )

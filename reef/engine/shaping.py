@@ -12,10 +12,13 @@ from reef.engine.generation import Completion, Sampling
 from reef.engine.protocol import ChatCompletionRequest, SamplingParams
 
 
-def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+def stops(stop: Any) -> tuple[str, ...]:
+    """A request's stop strings (one string, a list, or none)."""
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list):
+        return tuple(str(s) for s in stop if s)
+    return ()
 
 
 def native_sampling(params: SamplingParams, default_max_new_tokens: int) -> Sampling:
@@ -27,7 +30,7 @@ def native_sampling(params: SamplingParams, default_max_new_tokens: int) -> Samp
         temperature=params.temperature,
         top_p=params.top_p,
         top_k=params.top_k,
-        stop=_stops(params.stop),
+        stop=stops(params.stop),
         stop_token_ids=frozenset(params.stop_token_ids or ()),
         ignore_eos=params.ignore_eos,
         seed=params.sampling_seed,
@@ -42,7 +45,7 @@ def chat_sampling(request: ChatCompletionRequest, default_max_new_tokens: int) -
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1 if request.top_k is None else request.top_k,
-        stop=_stops(request.stop),
+        stop=stops(request.stop),
         ignore_eos=request.ignore_eos,
         seed=request.seed,
     )

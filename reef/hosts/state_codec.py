@@ -2,8 +2,8 @@
 
 Both hosts keep a processor's state as JSON (the embedded host in SQLite rows, the Kafka
 host in changelog records), and replay compares decoded values, so the exact text does not
-matter; its cost does (a state value is written on nearly every event, and orjson is
-several times faster than the standard library here). Keys of dicts that are not strings
+matter; its cost does (a state value is written on nearly every event, so the encoder is
+orjson's C one rather than the standard library's). Keys of dicts that are not strings
 are written as strings, as the standard library does.
 """
 

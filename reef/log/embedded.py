@@ -453,13 +453,13 @@ class EmbeddedLog:
     async def _watch_heads(self) -> None:
         """Signal appends made by other processes (the processors child, other workers).
 
-        Followers used to find those by reading every partition of their topic each poll
-        interval: several queries per follower, 20 times a second, whether or not anything
-        was written. One query of the partition heads per interval finds every topic that
-        moved (a head only grows), and only that topic's followers read. The first poll
-        signals every topic, so an append made just before the watcher began is not missed.
-        A query that fails (the file locked past its timeout, an I/O error) is logged and
-        retried at the next interval: followers meanwhile fall back to their own wait.
+        Followers do not read every partition of their topic each poll interval to find
+        those (several queries per follower, whether or not anything was written): one
+        query of the partition heads per interval finds every topic that moved (a head only
+        grows), and only that topic's followers read. The first poll signals every topic,
+        so an append made just before the watcher began is not missed. A query that fails
+        (the file locked past its timeout, an I/O error) is logged and retried at the next
+        interval: followers meanwhile fall back to their own wait.
         """
         seen: dict[str, int] = {}
         while True:

@@ -2,9 +2,10 @@
 
 SQLite lets one writer at a time into a WAL database (``BEGIN IMMEDIATE``). A writer that
 finds the lock taken waits in SQLite's default busy handler, which sleeps 1, 2, 5, 10,
-15, 20, 25 ... ms between tries: a ``reef serve`` whose processors child commits ~50
-times a second met the child's lock on ~4% of its appends at one connection, and each of
-those waited at least a millisecond, and usually 3 or 8 (the child holds it ~0.5 ms).
+15, 20, 25 ... ms between tries: far longer than another writer holds the lock (a
+processors child commits its positions and state many times a second, each in well
+under a millisecond), so a ``reef serve`` beside it would wait milliseconds for a lock
+freed in a fraction of one.
 
 The writer connection therefore runs with a busy timeout of 0, and :func:`begin_immediate`
 tries again itself after pauses that start at 50 µs and double up to 1 ms, for up to the

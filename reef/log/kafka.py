@@ -22,11 +22,11 @@ from reef.core.errors import LogUnavailableError, UnknownTopicError
 from reef.log.base import Headers, LogRecord, PendingAppend, Position
 
 _FETCH_TIMEOUT_MS: Final = 200
-#: the longest the broker holds a follower's fetch while nothing new is readable. With
-#: aiokafka's default (500 ms) every hop between processes that follow each other's
-#: transactional writes (samples -> trainer -> proposals -> chain -> releases) took up to
-#: that long: a trainer on Kafka trained the same batches ~5x slower than on the embedded
-#: log. At 100 ms (the stream workers' own setting) an idle follower asks 10 times a second.
+#: the longest the broker holds a follower's fetch while nothing new is readable: every
+#: hop between processes that follow each other's transactional writes (samples ->
+#: trainer -> proposals -> chain -> releases) may wait that long, so it is well below
+#: aiokafka's default (500 ms). At 100 ms (the stream workers' own setting) an idle
+#: follower asks 10 times a second.
 _FETCH_MAX_WAIT_MS: Final = 100
 
 
@@ -355,9 +355,9 @@ class _OffsetClients:
     started at the first question and kept until the log closes.
 
     The API asks for every processor's lag every 2 seconds (end offsets and the
-    group's committed offsets of each input topic); a client started for each question
-    (connection, metadata, coordinator look-up, then stopped) cost the serving event
-    loop ~20 ms of CPU per topic, in bursts that held requests back.
+    group's committed offsets of each input topic). Starting a client for each question
+    (connection, metadata, coordinator look-up, then stopped) would put that work on the
+    serving event loop, per topic, in bursts that hold requests back.
     """
 
     def __init__(self, bootstrap: str, client_id: str, request_timeout_ms: int) -> None:

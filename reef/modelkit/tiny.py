@@ -10,6 +10,13 @@ The tokenizer maps one character to one token (lower-cased; anything outside the
 vocabulary is ``<unk>``) and carries a chat template::
 
     <bos><|user|>hello<eos><|assistant|>
+
+With tools offered, the template lists them in a system block and writes an assistant
+turn's calls in the pythonic syntax (:mod:`reef.engine.tool_parsers`)::
+
+    <bos><|system|>tools:
+    get_weather(city): the weather in a city<eos><|user|>weather in paris?<eos>
+    <|assistant|>[get_weather(city="paris")]<eos><|tool|>sunny<eos><|assistant|>
 """
 
 from __future__ import annotations
@@ -43,12 +50,35 @@ SPECIAL_TOKENS: Final = (
 CHARACTERS: Final = "abcdefghijklmnopqrstuvwxyz0123456789 \n.,!?:;'\"-()/_*+=%#@&[]"
 ROLES: Final = ("system", "user", "assistant", "tool")
 
-#: one ``<|role|>content<eos>`` block per message; unknown roles are read as ``user``
+#: the offered tools as a system block, one ``name(parameters): description`` a line
+_TOOLS_BLOCK: Final = (
+    "{% if tools %}<|system|>tools:"
+    "{% for tool in tools %}{% set f = tool['function'] if 'function' in tool else tool %}"
+    "{% set properties = (f['parameters'] or {})['properties'] or {} %}"
+    "{{ '\\n' }}{{ f['name'] }}({{ properties.keys() | join(', ') }})"
+    "{% if f['description'] %}: {{ f['description'] }}{% endif %}"
+    "{% endfor %}{{ eos_token }}{% endif %}"
+)
+#: an assistant turn's calls, in the pythonic syntax: ``[name(key="value"), ...]``
+_CALLS: Final = (
+    "{% if message['tool_calls'] %}["
+    "{% for call in message['tool_calls'] %}"
+    "{% set f = call['function'] if 'function' in call else call %}"
+    "{{ f['name'] }}("
+    "{% if f['arguments'] is mapping %}"
+    "{% for key, value in f['arguments'].items() %}"
+    "{{ key }}={{ value | tojson }}{% if not loop.last %}, {% endif %}"
+    "{% endfor %}{% endif %})"
+    "{% if not loop.last %}, {% endif %}"
+    "{% endfor %}]{% endif %}"
+)
+#: one ``<|role|>content<eos>`` block per message; unknown roles are read as ``user``.
+#: With tools: a ``<|system|>tools:`` block first, and the calls of an assistant turn
+#: after its text (what the ``pythonic`` tool-call parser reads back)
 CHAT_TEMPLATE: Final = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
+    "{{ bos_token }}" + _TOOLS_BLOCK + "{% for message in messages %}"
     "{% set role = message['role'] if message['role'] in " + repr(list(ROLES)) + " else 'user' %}"
-    "<|{{ role }}|>{{ message['content'] or '' }}{{ eos_token }}"
+    "<|{{ role }}|>{{ message['content'] or '' }}" + _CALLS + "{{ eos_token }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
@@ -64,7 +94,7 @@ class _Shape:
 
 
 _SHAPES: Final[dict[Size, _Shape]] = {
-    # ~109k parameters: the model of reference/learning-notes.md
+    # ~109k parameters: small enough to train on a CPU within a test
     "tiny": _Shape(64, 176, 2, 4),
     # ~101M parameters, same vocabulary (only the reload benchmark uses it)
     "100m": _Shape(1024, 2752, 8, 16),

@@ -181,7 +181,7 @@ class Tracing:
         *,
         scenario: str,
         report_id: str,
-        score: float,
+        score: float | None,
         references: list[str],
     ) -> Iterator[None]:
         """A report's span around its submission, linked to the quoted exchanges' spans."""
@@ -195,9 +195,10 @@ class Tracing:
         attributes: genai.Attributes = {
             genai.SCENARIO: scenario,
             genai.REPORT: report_id,
-            genai.SCORE: score,
             genai.REFERENCES: references,
         }
+        if score is not None:  # a report of feedback alone has none
+            attributes[genai.SCORE] = score
         with self._tracer.start_as_current_span(
             "reef.report",
             context=_parent(headers),

@@ -1,11 +1,14 @@
 """Typed events over an :class:`~reef.log.base.EventLog`: encode, route, key by scenario.
 
 With a key ring (:mod:`reef.crypto`) the store seals the bodies of every exchange it
-appends under a fresh per-record data key, appended in the same batch to the key topic,
+appends under a fresh per-record data key, appended in the same batch to the key topic
+(in ``body_format``: a request as blocks shared within its session, see
+:mod:`reef.services.bodystore`, or whole),
 and the hints of every judgement under the keys of the records they quote
 (:mod:`reef.crypto.hints`). :meth:`EventStore.read` (or :meth:`EventStore.open`) hands
 back readable events: bodies and hints opened (in exchanges, judgements, reports and
-samples), or, when a key is gone, the event without that content and ``erased`` set.
+samples), or, when a key is gone, the event without that content and ``erased`` set (an
+exchange that repeats blocks of an erased record: ``partly_erased``).
 :meth:`EventStore.decode` alone gives the stored form (sealed), which is what the stream
 processors and replay work on: their decisions never depend on a key.
 """
@@ -34,17 +37,12 @@ from reef.core.events import (
 from reef.core.ids import derived_id
 from reef.core.sealed import hint_records
 from reef.core.topics import topic_for
-from reef.crypto.bodies import (
-    open_exchange,
-    open_trajectory,
-    seal_exchange,
-    strip_exchange,
-    trajectory_receipts,
-)
+from reef.crypto.blocks import Parsed
+from reef.crypto.bodies import strip_exchange, trajectory_receipts
 from reef.crypto.hints import feedback_records, open_feedback, open_judgement, seal_judgement
 from reef.crypto.keyring import KeyRing, key_record, tombstone_record
-from reef.crypto.seal import new_data_key
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position, Scrubbable
+from reef.services.bodystore import BodyFormat, BodyStore, Staged
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +54,9 @@ class StoredEvent:
     error: str | None = None
     #: the content is gone (a data key was erased): ``event`` carries no body or hint
     erased: bool = False
+    #: an exchange that repeats blocks an erased record introduced: each such block reads
+    #: as ``{"erased": true}`` in its body (reef.crypto.blocks); the rest is readable
+    partly_erased: bool = False
 
 
 class EventStore:
@@ -67,14 +68,26 @@ class EventStore:
         codec: EventCodec | None = None,
         claims: ClaimCheck | None = None,
         keys: KeyRing | None = None,
+        *,
+        body_format: BodyFormat = "compressed",
+        fetch_claimed: bool = True,
     ) -> None:
         self.log = log
         self.codec = codec or EventCodec()
         #: bodies over the claim-check threshold live in the artifact store; readers
-        #: get them back transparently
+        #: get them back transparently (``fetch_claimed`` False: they stay references,
+        #: while requests stored as blocks are still assembled)
         self.claims = claims
+        self.fetch_claimed = fetch_claimed
         #: seals appended exchanges and opens them on read (None: stored as given)
         self.keys = keys
+        #: how sealed bodies are written (docs/storage.md); every format is read
+        self.body_format = body_format
+        self.bodies = (
+            BodyStore(claims, keys, body_format=body_format, fetch_claimed=fetch_claimed)
+            if keys is not None
+            else None
+        )
         #: called with the seconds each acknowledged append took (metrics)
         self.observe_append: Callable[[float], None] | None = None
 
@@ -94,8 +107,9 @@ class EventStore:
         each judgement's hints are sealed (dropped if a record they quote is erased).
         """
         keys: list[PendingAppend] = []
-        if self.keys is not None:
-            events, keys = _seal_all(events)
+        staged: list[Staged | None] = []
+        if self.bodies is not None:
+            events, keys, staged = await self._seal_all(events)
             events = await self._seal_hints(events, keys)
         if self.claims is not None and any(
             _over_threshold(e, self.claims.threshold_bytes) for e in events
@@ -111,7 +125,46 @@ class EventStore:
         positions = await self.log.append_many(pending)
         if self.observe_append is not None:
             self.observe_append(time.perf_counter() - started)
+        if self.bodies is not None:
+            self.bodies.commit(staged)
         return positions[len(keys) :]
+
+    async def _seal_all(
+        self, events: Sequence[Event]
+    ) -> tuple[list[Event], list[PendingAppend], list[Staged | None]]:
+        assert self.bodies is not None
+        sealed: list[Event] = []
+        keys: list[PendingAppend] = []
+        staged: list[Staged | None] = []
+        for event in events:
+            if isinstance(event, InferenceRecorded) and not event.sealed:
+                try:
+                    event, key, introduced = await self.bodies.seal(event)
+                except ArtifactError as exc:
+                    # the blocks' store is down: not recorded, as when the log is down (503)
+                    raise LogUnavailableError(f"cannot store a body's blocks: {exc}") from exc
+                keys.append(key_record(event.event_id, key))
+                staged.append(introduced)
+            sealed.append(event)
+        return sealed, keys, staged
+
+    def prepare_request(
+        self,
+        scenario: str,
+        receipt: str,
+        tags: Mapping[str, str],
+        request: str,
+        *,
+        raw: bytes | None = None,
+        parsed: object = None,
+    ) -> None:
+        """An exchange's request is known before its answer: with ``body_format`` blocks
+        its new blocks are stored while the upstream answers (a no-op otherwise).
+        ``raw`` (the UTF-8 bytes ``request`` was decoded from) and ``parsed`` (the
+        object parsed from them) spare parsing it again."""
+        if self.bodies is not None:
+            hint = None if raw is None else Parsed(raw, parsed)
+            self.bodies.prepare(scenario, receipt, tags, request, hint)
 
     async def _seal_hints(
         self, events: Sequence[Event], fresh: Sequence[PendingAppend]
@@ -156,6 +209,8 @@ class EventStore:
         await self.log.append_many(pending)
         if self.keys is not None:
             self.keys.forget(record_id)
+        if self.bodies is not None:
+            self.bodies.forget(record_id)
         if isinstance(self.log, Scrubbable):
             await self.log.scrub()
 
@@ -181,18 +236,15 @@ class EventStore:
         """The readable form: sealed bodies and hints opened, or stripped and ``erased``
         when a key is gone. Without a key ring, the stored form unchanged."""
         event = stored.event
-        if self.keys is None or event is None:
+        if self.keys is None or self.bodies is None or event is None:
             return stored
         try:
             if isinstance(event, InferenceRecorded) and event.sealed:
                 key = await self.keys.get(event.event_id)
                 if key is None:
                     return replace(stored, event=strip_exchange(event), erased=True)
-                if self.claims is not None and (event.request_ref or event.response_ref):
-                    opened = await asyncio.to_thread(open_exchange, event, key, self._fetch)
-                else:
-                    opened = open_exchange(event, key)
-                return replace(stored, event=opened)
+                opened, complete = await self.bodies.open_exchange(event, key)
+                return replace(stored, event=opened, partly_erased=not complete)
             if isinstance(event, SampleJoined):
                 return await self._open_sample(stored, event)
             if isinstance(event, TurnJudged) and event.hints_sealed is not None:
@@ -217,7 +269,7 @@ class EventStore:
         return open_feedback(feedback_json, scenario, await self.keys.get_many(records))
 
     async def _open_sample(self, stored: StoredEvent, event: SampleJoined) -> StoredEvent:
-        assert self.keys is not None
+        assert self.keys is not None and self.bodies is not None
         feedback, hints_opened = await self._open_feedback(event.feedback_json, event.scenario)
         event = replace(event, feedback_json=feedback)
         trajectory = json.loads(event.trajectory_json or "[]")
@@ -225,26 +277,21 @@ class EventStore:
         if not receipts:
             return replace(stored, event=event, erased=not hints_opened)
         keys = await self.keys.get_many(receipts)
-        if self.claims is not None and "sealed_claim" in event.trajectory_json:
-            opened, complete = await asyncio.to_thread(
-                open_trajectory, trajectory, event.scenario, keys, self._fetch
-            )
-        else:
-            opened, complete = open_trajectory(trajectory, event.scenario, keys)
+        opened, complete = await self.bodies.open_trajectory(trajectory, event.scenario, keys)
         view = replace(event, trajectory_json=json.dumps(opened))
         return replace(stored, event=view, erased=not (complete and hints_opened))
-
-    def _fetch(self, ref: str) -> bytes:
-        if self.claims is None:
-            raise LookupError(f"claim-checked body {ref} and no artifact store")
-        return self.claims.fetch_bytes(ref)
 
     def decode(self, record: LogRecord) -> StoredEvent:
         try:
             event = self.codec.decode(record.value)
         except CodecError as exc:
             return StoredEvent(record, None, str(exc))
-        if self.claims is not None and isinstance(event, InferenceRecorded) and not event.sealed:
+        if (
+            self.claims is not None
+            and self.fetch_claimed
+            and isinstance(event, InferenceRecorded)
+            and not event.sealed
+        ):
             try:
                 event = resolve_claims(event, self.claims)
             except ReefError as exc:
@@ -257,18 +304,6 @@ class EventStore:
             offload_claims(e, self.claims) if isinstance(e, InferenceRecorded) else e
             for e in events
         ]
-
-
-def _seal_all(events: Sequence[Event]) -> tuple[list[Event], list[PendingAppend]]:
-    sealed: list[Event] = []
-    keys: list[PendingAppend] = []
-    for event in events:
-        if isinstance(event, InferenceRecorded) and not event.sealed:
-            key = new_data_key()
-            keys.append(key_record(event.event_id, key))
-            event = seal_exchange(event, key)
-        sealed.append(event)
-    return sealed, keys
 
 
 def _over_threshold(event: Event, threshold: int) -> bool:

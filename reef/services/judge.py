@@ -235,6 +235,7 @@ class Judge:
             loads(exchange.request_json),
             loads(exchange.response_json),
             loads(following.request_json),
+            exchange.route,
         )
         if view is None:
             raise JudgeError(f"turn {turn.receipt_id} has no readable answer or next state")

@@ -1,11 +1,11 @@
-"""The API's read model: scenarios, release chains, rollouts, report ids and turn figures,
-folded from the log.
+"""The API's read model: scenarios, release chains, rollouts, report ids, turn figures
+and (with a price table) spend, folded from the log.
 
 :class:`ApiState` is a pure fold over events (no I/O). :class:`ProjectionFollower`
 feeds it by following the topics in ``FOLLOWED_TOPICS`` from the beginning (scenarios,
-releases, reports, samples, engine loads, turns and judgements), so every API replica
-converges on the same state and a replay rebuilds it; ``wait_for`` gives a writer
-read-your-writes on its own appends.
+releases, reports, samples, engine loads, turns and judgements; ``SPEND_TOPICS`` adds the
+recorded exchanges), so every API replica converges on the same state and a replay
+rebuilds it; ``wait_for`` gives a writer read-your-writes on its own appends.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from datetime import datetime
 from typing import Any
 
 from reef.core import topics
+from reef.core.cost import SpendLedger
 from reef.core.events import (
     EngineLoaded,
     EngineLoadFailed,
     Event,
+    InferenceRecorded,
     ReleaseCommitted,
     ReleaseRejected,
     ReportRejected,
@@ -53,6 +55,8 @@ FOLLOWED_TOPICS = (
     topics.TURNS,
     topics.JUDGEMENTS,
 )
+#: followed too where spend is shown (a price table is set): every recorded exchange
+SPEND_TOPICS = (*FOLLOWED_TOPICS, topics.INFERENCE)
 
 
 @dataclass(slots=True)
@@ -182,6 +186,8 @@ class ApiState:
         self._turn_facts: set[str] = set()
         #: each scenario's head, held releases and rollouts (the pure fold routing reads)
         self.rollouts = RolloutBook()
+        #: tokens and cost per scenario and release (only while reef.inference is followed)
+        self.spend = SpendLedger()
 
     def samples_pending(self) -> int:
         return sum(1 for sample in self.sample_reports if sample not in self.consumed)
@@ -250,6 +256,8 @@ class ApiState:
             self.engine_loads["failed"] = self.engine_loads.get("failed", 0) + 1
         elif isinstance(event, TurnCompleted | SessionExpired | TurnJudged):
             self._turn_fact(event)
+        elif isinstance(event, InferenceRecorded):
+            self.spend.apply(event)
 
     def _turn_fact(self, event: TurnCompleted | SessionExpired | TurnJudged) -> None:
         if event.event_id in self._turn_facts:
@@ -322,9 +330,15 @@ class ApiState:
 class ProjectionFollower:
     """Follows the projected topics into an :class:`ApiState` and tracks positions."""
 
-    def __init__(self, store: EventStore, state: ApiState | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        state: ApiState | None = None,
+        followed: tuple[str, ...] = FOLLOWED_TOPICS,
+    ) -> None:
         self.store = store
         self.state = state or ApiState()
+        self._followed = followed
         self._next: dict[tuple[str, int], int] = {}
         self._changed = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -333,7 +347,7 @@ class ProjectionFollower:
         """Start following and return once everything present at start is applied."""
         # Catch up to the end offsets first, then follow from exactly there: waiting for
         # the record at end-1 would hang when that offset is a transaction marker.
-        for topic in FOLLOWED_TOPICS:
+        for topic in self._followed:
             ends = await self.store.log.end_offsets(topic)
             async for stored in self.store.read(topic, until=ends, raw=True):
                 self._apply(topic, stored)

@@ -7,6 +7,8 @@ never imports the first two. One responsibility per module:
   processes on loopback (spawning, readiness, stopping).
 * :mod:`reef.testing.scripted_upstream`: the scripted stand-in for a paid LLM provider
   (``python -m reef.testing.scripted_upstream --port 0``).
+* :mod:`reef.testing.scripted_tools`: the tool calls a prompt scripts it to answer with,
+  in each dialect (for the real agent CLIs' tests).
 * :mod:`reef.testing.harness_upstream`: the scripted stand-in as a tiny agent world
   whose answers depend on the harness (harness tests, the tutorial, benchmarks).
 * :mod:`reef.testing.load`: steady client load against a running deployment.

@@ -20,6 +20,10 @@ message script the exchange (they are removed from the text before answering):
 ``__break_stream__``   streams send a few deltas, then the connection is closed with no
                        terminator; buffered answers send half the body, then close
 
+``Call tool NAME with {...}`` scripts a tool call in every dialect (buffered and streamed):
+answered with that call until the request carries its result, then with the prompt's
+text (:mod:`reef.testing.scripted_tools`).
+
 ``GET /_stub/requests[?contains=TEXT&limit=N]`` returns the recent requests (method, path,
 query, headers, body), oldest first, so a test can check exactly what reached the
 provider; ``DELETE /_stub/requests`` forgets them.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import re
 import sys
@@ -43,6 +48,9 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 import orjson
+
+from reef.testing import scripted_tools
+from reef.testing.scripted_tools import ToolCall
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -73,18 +81,28 @@ class Script:
     status: int | None = None
     sleep: float = 0.0
     break_stream: bool = False
+    calls: tuple[ToolCall, ...] = ()
+    results: int = 0  # tool results the request carries after the prompt
 
     @classmethod
-    def parse(cls, prompt: str) -> Script:
+    def parse(cls, prompt: str, *, results: int = 0) -> Script:
         status = _STATUS.search(prompt)
         sleep = _SLEEP.search(prompt)
-        text = " ".join(_SLEEP.sub("", _STATUS.sub("", prompt.replace(_BREAK, ""))).split())
+        rest, calls = scripted_tools.split_calls(prompt)
+        text = " ".join(_SLEEP.sub("", _STATUS.sub("", rest.replace(_BREAK, ""))).split())
         return cls(
             text=text,
             status=int(status.group(1)) if status else None,
             sleep=float(sleep.group(1)) if sleep else 0.0,
             break_stream=_BREAK in prompt,
+            calls=calls,
+            results=results,
         )
+
+    @property
+    def call(self) -> ToolCall | None:
+        """The tool call to answer with: the first whose result the request lacks."""
+        return self.calls[self.results] if self.results < len(self.calls) else None
 
     @property
     def answer(self) -> str:
@@ -97,10 +115,13 @@ class Script:
 
     @property
     def output_tokens(self) -> int:
-        return max(1, len(self.answer.split()))
+        said = self.call.arguments if self.call else self.answer
+        return max(1, len(said.split()))
 
     def pieces(self) -> list[str]:
-        """The answer as stream deltas (word by word, spaces kept)."""
+        """The answer as stream deltas (word by word, spaces kept), or the call's arguments."""
+        if self.call is not None:
+            return self.call.pieces()
         return re.findall(r"\S+\s*", self.answer) or [self.answer]
 
 
@@ -237,6 +258,9 @@ def _break_point(exchange: Exchange, head: int) -> int | None:
 
 def chat_completion(exchange: Exchange) -> dict[str, Any]:
     script = exchange.script
+    message: dict[str, Any] = {"role": "assistant", "content": script.answer, "refusal": None}
+    if script.call is not None:
+        message = scripted_tools.chat_message(script.call, exchange.number)
     return {
         "id": f"chatcmpl-stub-{exchange.number}",
         "object": "chat.completion",
@@ -246,9 +270,9 @@ def chat_completion(exchange: Exchange) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": script.answer, "refusal": None},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": "stop" if script.call is None else "tool_calls",
             }
         ],
         "usage": {
@@ -280,9 +304,13 @@ def chat_chunks(exchange: Exchange) -> list[bytes]:
             body["usage"] = None
         return sse(body)
 
-    frames = [chunk({"role": "assistant", "content": ""})]
-    frames += [chunk({"content": piece}) for piece in script.pieces()]
-    frames.append(chunk({}, "stop"))
+    if script.call is None:
+        frames = [chunk({"role": "assistant", "content": ""})]
+        frames += [chunk({"content": piece}) for piece in script.pieces()]
+        frames.append(chunk({}, "stop"))
+    else:
+        frames = [chunk(d) for d in scripted_tools.chat_deltas(script.call, exchange.number)]
+        frames.append(chunk({}, "tool_calls"))
     if usage:
         frames.append(
             sse(
@@ -303,13 +331,16 @@ def chat_chunks(exchange: Exchange) -> list[bytes]:
 
 def anthropic_message(exchange: Exchange, *, streaming: bool = False) -> dict[str, Any]:
     script = exchange.script
+    block = {"type": "text", "text": script.answer}
+    if script.call is not None:
+        block = scripted_tools.anthropic_block(script.call, exchange.number)
     return {
         "id": f"msg_stub_{exchange.number}",
         "type": "message",
         "role": "assistant",
         "model": exchange.model,
-        "content": [] if streaming else [{"type": "text", "text": script.answer}],
-        "stop_reason": None if streaming else "end_turn",
+        "content": [] if streaming else [block],
+        "stop_reason": None if streaming else _anthropic_stop(script),
         "stop_sequence": None,
         "usage": {
             "input_tokens": script.input_tokens,
@@ -318,40 +349,38 @@ def anthropic_message(exchange: Exchange, *, streaming: bool = False) -> dict[st
     }
 
 
+def _anthropic_stop(script: Script) -> str:
+    return "end_turn" if script.call is None else "tool_use"
+
+
 def anthropic_events(exchange: Exchange) -> list[bytes]:
     script = exchange.script
+    block: dict[str, Any] = {"type": "text", "text": ""}
+    deltas = [{"type": "text_delta", "text": piece} for piece in script.pieces()]
+    if script.call is not None:
+        block = scripted_tools.anthropic_block(script.call, exchange.number, streaming=True)
+        deltas = scripted_tools.anthropic_deltas(script.call)
     frames = [
         sse(
             {"type": "message_start", "message": anthropic_message(exchange, streaming=True)},
             "message_start",
         ),
         sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
+            {"type": "content_block_start", "index": 0, "content_block": block},
             "content_block_start",
         ),
         sse({"type": "ping"}, "ping"),
     ]
     frames += [
-        sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": piece},
-            },
-            "content_block_delta",
-        )
-        for piece in script.pieces()
+        sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+        for delta in deltas
     ]
     frames += [
         sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
         sse(
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": _anthropic_stop(script), "stop_sequence": None},
                 "usage": {"output_tokens": script.output_tokens},
             },
             "message_delta",
@@ -395,6 +424,8 @@ def response_object(exchange: Exchange, *, done: bool = True) -> dict[str, Any]:
 
 def response_item(exchange: Exchange, *, text: str | None = None) -> dict[str, Any]:
     done = text is None
+    if exchange.script.call is not None:
+        return scripted_tools.response_item(exchange.script.call, exchange.number, done=done)
     return {
         "type": "message",
         "id": f"msg_stub_{exchange.number}",
@@ -421,23 +452,33 @@ def response_events(exchange: Exchange) -> list[bytes]:
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": response_object(exchange, done=False)},
         {"type": "response.in_progress", "response": response_object(exchange, done=False)},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": response_item(exchange, text=""),
-        },
-        {"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
     ]
-    events += [
-        {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
-        for piece in exchange.script.pieces()
-    ]
-    events += [
-        {"type": "response.output_text.done", **where, "text": answer, "logprobs": []},
-        {"type": "response.content_part.done", **where, "part": part},
-        {"type": "response.output_item.done", "output_index": 0, "item": response_item(exchange)},
-        {"type": "response.completed", "response": response_object(exchange)},
-    ]
+    call = exchange.script.call
+    if call is not None:
+        events += scripted_tools.response_events(call, exchange.number)
+    else:
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": response_item(exchange, text=""),
+            },
+            {"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
+        ]
+        events += [
+            {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
+            for piece in exchange.script.pieces()
+        ]
+        events += [
+            {"type": "response.output_text.done", **where, "text": answer, "logprobs": []},
+            {"type": "response.content_part.done", **where, "part": part},
+            {
+                "type": "response.output_item.done",
+                "output_index": 0,
+                "item": response_item(exchange),
+            },
+        ]
+    events.append({"type": "response.completed", "response": response_object(exchange)})
     return [
         sse({**event, "sequence_number": number}, event["type"])
         for number, event in enumerate(events)
@@ -470,32 +511,30 @@ MODELS: Final = {
 @dataclass(frozen=True, slots=True)
 class Route:
     dialect: str  # which error shape: "openai" or "anthropic"
-    prompt: Callable[[dict[str, Any]], str]
+    conversation: Callable[[dict[str, Any]], Any]  # the body's messages / input
     buffered: Callable[[Exchange], Any]
     frames: Callable[[Exchange], list[bytes]] | None
     head_frames: int = 1  # frames before the first delta (where a break may start)
 
+    def prompt(self, body: dict[str, Any]) -> str:
+        return last_user_text(self.conversation(body))
+
+
+def _messages(body: dict[str, Any]) -> Any:
+    return body.get("messages")
+
+
+def _input(body: dict[str, Any]) -> Any:
+    return body.get("input")
+
 
 ROUTES: Final[dict[str, Route]] = {
-    "/v1/chat/completions": Route(
-        "openai", lambda b: last_user_text(b.get("messages")), chat_completion, chat_chunks, 1
-    ),
-    "/v1/messages": Route(
-        "anthropic",
-        lambda b: last_user_text(b.get("messages")),
-        anthropic_message,
-        anthropic_events,
-        3,
-    ),
+    "/v1/chat/completions": Route("openai", _messages, chat_completion, chat_chunks, 1),
+    "/v1/messages": Route("anthropic", _messages, anthropic_message, anthropic_events, 3),
     "/v1/messages/count_tokens": Route(
-        "anthropic",
-        lambda b: last_user_text(b.get("messages")),
-        lambda e: {"input_tokens": e.script.input_tokens},
-        None,
+        "anthropic", _messages, lambda e: {"input_tokens": e.script.input_tokens}, None
     ),
-    "/v1/responses": Route(
-        "openai", lambda b: last_user_text(b.get("input")), response_object, response_events, 4
-    ),
+    "/v1/responses": Route("openai", _input, response_object, response_events, 4),
 }
 
 
@@ -530,9 +569,15 @@ class ScriptedUpstream:
         await self._answer(route, body, send)
 
     def script(self, route: Route, body: dict[str, Any]) -> Script:
-        """What a request asks of the stand-in: its prompt's script (a subclass may
-        answer otherwise)."""
-        return Script.parse(route.prompt(body))
+        """What a request asks of the stand-in: its prompt's script, or the tool turn its
+        last prompt directs; a request offering no tools (an agent's side call) is
+        answered with text (a subclass may answer otherwise)."""
+        offered = bool(body.get("tools"))
+        prompt, results = scripted_tools.tool_turn(route.conversation(body))
+        if offered and scripted_tools.has_directive(prompt):
+            return Script.parse(prompt, results=results)
+        script = Script.parse(route.prompt(body))
+        return script if offered else dataclasses.replace(script, calls=())
 
     async def _answer(self, route: Route, raw: bytes, send: Send) -> None:
         error = anthropic_error if route.dialect == "anthropic" else openai_error
@@ -655,9 +700,7 @@ def run_stand_in(app: Any, argv: list[str] | None, description: str, **options: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_stand_in(
-        make_app(), argv, __doc__.splitlines()[0], backlog=4096, timeout_keep_alive=60
-    )
+    run_stand_in(make_app(), argv, __doc__.splitlines()[0], backlog=4096, timeout_keep_alive=60)
 
 
 if __name__ == "__main__":

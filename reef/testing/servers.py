@@ -23,7 +23,9 @@ from typing import Any
 
 import httpx
 
+from reef.artifacts import ClaimCheck, open_store
 from reef.core.errors import StackError
+from reef.settings import load_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -52,8 +54,16 @@ def reef_executable() -> str:
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test process's environment without any ``REEF_*`` setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REEF_")}
+    """The test process's environment without any ``REEF_*`` setting, plus ``extra``.
+
+    The terminal size a test runner exports (``COLUMNS``, ``LINES``: pytest-xdist's
+    workers set 80x24) is left out too: a child's tables render as they would for a
+    user, whoever runs the tests."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("REEF_") and k not in ("COLUMNS", "LINES")
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
@@ -170,6 +180,12 @@ class ReefProcess:
 
     def output(self) -> str:
         return self.managed.output()
+
+    def claims(self) -> ClaimCheck:
+        """The server's artifact store, which a reader on its log needs: bodies stored as
+        blocks are assembled from it, claim-checked ones fetched."""
+        settings = load_settings({"state_dir": self.state_dir}, environ=self.env).settings
+        return ClaimCheck(open_store(settings), settings.claim_check_bytes)
 
 
 def wait_healthy(managed: ManagedProcess, base_url: str, timeout: float) -> None:

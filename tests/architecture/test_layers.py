@@ -1,4 +1,4 @@
-"""The layer rules of issue 13, checked over every import of every source module.
+"""The layer rules, checked over every import of every source module.
 
 An AST walk over reef/, streams/, recipes/, trainers/, tests/ and bench/ sees every
 import: at module level, inside functions and under ``if TYPE_CHECKING:`` alike.
@@ -49,9 +49,10 @@ ROOTS: Final = ("reef", "streams", "recipes", "trainers", "tests", "bench")
 PRODUCT: Final = ("reef", "streams", "recipes", "trainers")
 FIRST_PARTY: Final = frozenset(ROOTS)
 
-#: the pure core: every module of the reef.core package
+#: the pure core: every module of the reef.core package and its subpackages
 CORE_MODULES: Final = frozenset(
-    "reef.core." + path.stem for path in (REPO / "reef" / "core").glob("*.py")
+    ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+    for path in (REPO / "reef" / "core").rglob("*.py")
 ) | {"reef.core"}
 #: services, api, engine and sidecar: exact names, or prefixes ending in "."
 SERVICE_MODULES: Final = (

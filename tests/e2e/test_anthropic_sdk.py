@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
+from anthropic.types import CacheControlEphemeralParam, MessageParam
 
 from tests.support.api import RECEIPT, marker, unique_scenario
 from tests.support.reef_server import ReefServer
@@ -108,6 +110,51 @@ def test_upstream_key_injected_as_x_api_key_and_reef_token_not_forwarded(
     assert headers.get("x-api-key") == reef_server.upstream_key, headers
     assert reef_server.token not in json.dumps(seen), "the Reef token reached the upstream"
     assert seen["body"]["messages"] == user(word)
+
+
+def test_a_prompt_caching_request_reaches_the_provider_as_the_sdk_sent_it(
+    reef_server: ReefServer, scenario: str
+) -> None:
+    """cache_control blocks in system, tools and messages and the beta header: the
+    provider gets the SDK's own bytes, not a re-serialisation."""
+    sent: list[httpx2.Request] = []
+    word = marker()
+    with (
+        httpx2.Client(event_hooks={"request": [sent.append]}) as http,  # the SDK's httpx
+        anthropic.Anthropic(
+            base_url=reef_server.base_url,
+            api_key=reef_server.token,
+            default_headers={"x-reef-scenario": scenario},
+            max_retries=0,
+            http_client=http,
+        ) as sdk,
+    ):
+        cached: CacheControlEphemeralParam = {"type": "ephemeral"}
+        question: MessageParam = {
+            "role": "user",
+            "content": [{"type": "text", "text": "hi", "cache_control": cached}],
+        }
+        message = sdk.messages.create(
+            model=MODEL,
+            max_tokens=64,
+            system=[{"type": "text", "text": f"Règles — {word}", "cache_control": cached}],
+            tools=[
+                {
+                    "name": "lookup",
+                    "description": "Look up a word",
+                    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+                    "cache_control": cached,
+                }
+            ],
+            messages=[question],
+            extra_headers={"anthropic-beta": "prompt-caching-2024-07-31"},
+        )
+    assert message.content[0].text == "ok: hi"  # type: ignore[union-attr]
+    assert reef_server.upstream is not None
+    (seen,) = reef_server.upstream.requests(contains=word)
+    assert seen["raw"].encode() == sent[-1].content
+    headers = {name.lower(): value for name, value in seen["headers"]}
+    assert headers["anthropic-beta"] == "prompt-caching-2024-07-31"
 
 
 def test_upstream_rate_limit_is_relayed(

@@ -1,4 +1,4 @@
-"""The authorisation matrix (issue 9, item 4): every route x every wrong credential.
+"""The authorisation matrix: every route x every wrong credential.
 
 The routes come from the running server (``GET /openapi.json``) and from the app's own
 route table (``reef.api.app.create_app``: routes hidden from the schema count too); the
@@ -15,7 +15,7 @@ route cannot ship without its row. For each route:
 
 Each wrong credential is tried in every way the route accepts a token (Bearer;
 ``x-api-key`` on the Anthropic routes; HTTP Basic on the Git LFS routes). Errors must be
-in the route family's shape (PROTOCOL.md: provider shapes on /v1/*, Reef's on the rest)
+in the route family's shape (the HTTP contract: provider shapes on /v1/*, Reef's on the rest)
 and no rejected request may write to the log. One server per log kind (embedded,
 Kafka on its own topic prefix); the policy itself is documented in reef/api/auth.py and
 docs/security.md "Authorisation".
@@ -47,6 +47,8 @@ WATCHED = tuple(t for t in LOG_TOPICS if t not in (SAMPLES, RELEASES))
 SEED_FILES = {"system_prompt.md": "You are the matrix agent.\n", "notes/a.md": "# A\n"}
 ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error"}
 NO_RELEASE = "0" * 32
+#: a session no exchange ever named: the authorised call gets the handler's own 404
+NO_SESSION = "no-such-session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/reef/scenarios/{scenario}/records"): rule("path", "read"),
     ("GET", "/reef/scenarios/{scenario}/records/{record_id}"): rule("path", "read"),
     ("DELETE", "/reef/scenarios/{scenario}/records/{record_id}"): rule("path", "admin"),
+    ("DELETE", "/reef/scenarios/{scenario}/sessions/{session_id}"): rule("path", "admin"),
     ("POST", "/reef/scenarios/{scenario}/rollback"): rule("path", "admin"),
     ("POST", "/reef/scenarios/{scenario}/promote"): rule("path", "admin"),
     ("GET", "/reef/scenarios/{scenario}/rollouts"): rule("path", "read"),
@@ -268,6 +271,7 @@ def call_for(method: str, template: str, server: ReefServer, cast: Cast, world: 
         report_id=world.reports[mine],
         oid=world.oid,
         rollout_id=NO_RELEASE,
+        session_id=NO_SESSION,
     )
     body: Any = None
     if template == "/v1/chat/completions":
@@ -349,6 +353,10 @@ def assert_succeeded(
     if "/rollouts/" in template:
         assert response.status_code == 404, where
         assert response.json()["error"]["code"] == "unknown_rollout", where
+        return
+    if template.endswith("/sessions/{session_id}"):  # no such session: the handler's own 404
+        assert response.status_code == 404, where
+        assert response.json()["error"]["code"] == "unknown_session", where
         return
     if template.endswith("/promote"):  # nothing is pending review: the handler's own 409
         assert response.status_code == 409 and response.json()["error"]["code"] == "not_pending"

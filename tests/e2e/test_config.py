@@ -55,7 +55,7 @@ def test_defaults_and_sources(log_args: list[str]) -> None:
     output = print_config(*log_args)
     assert_setting(output, "port", "8900", "default")
     assert_setting(output, "host", "127.0.0.1", "default")
-    assert_setting(output, "max_body_bytes", "8388608", "default")
+    assert_setting(output, "max_body_bytes", "33554432", "default")
     assert_setting(output, "log", log_args[1], "flag")
     assert_setting(output, "token", None, "env")
 

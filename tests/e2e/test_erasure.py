@@ -22,11 +22,21 @@ own record stays. The places checked:
   judgements and the reports.
 
 The records that were not erased stay readable everywhere.
+
+An agent resends its whole context every turn, and a request's blocks (system prompt,
+tools, each message) are stored once per session, sealed under the key of the record
+that introduced them. A Claude Code session of three turns (the captured requests under
+``tests/fixtures/agents/claude_code`` as templates) whose first prompt holds a card
+number: after erasing the first receipt the card number is in no record of the session
+(the later ones read partly erased, ``{"erased": true}`` in place of what the first
+introduced), not in the raw log or any file, the records API, the sample, ``reef
+export``; erasing the session then erases the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import secrets
 import time
@@ -114,7 +124,7 @@ class Deployment:
             log = self.new_log()
             await log.start()
             try:
-                async with readable_store(log, codec=self.codec) as store:
+                async with readable_store(log, self.process.claims(), self.codec) as store:
                     return [s async for s in store.read(topic, scenario=self.scenario)]
             finally:
                 await log.close()
@@ -205,7 +215,12 @@ def files_bytes(root: Path) -> bytes:
     return b"\n".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
-ENV = {"REEF_CLAIM_CHECK_BYTES": "1024", "REEF_JOIN_PARK_TIMEOUT_S": "30"}
+#: requests stored as blocks shared within a session (docs/storage.md)
+ENV = {
+    "REEF_CLAIM_CHECK_BYTES": "1024",
+    "REEF_JOIN_PARK_TIMEOUT_S": "30",
+    "REEF_BODY_FORMAT": "blocks",
+}
 #: sessions tracked and turns judged with hints (on Kafka: reef streams and reef judge)
 JUDGE_ENV = {
     "REEF_TRACK_SESSIONS": "true",
@@ -577,3 +592,130 @@ def test_erased_content_is_unrecoverable_everywhere(deployment: Deployment) -> N
     assert judged_trail["turn"]["judgement"]["hints"] == 0
     for secret in gone:
         assert secret.decode() not in json.dumps(judged_trail)
+
+
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "agents" / "claude_code" / "interactive"
+
+
+def claude_code_turns(card: str, turns: int) -> list[dict[str, Any]]:
+    """A Claude Code session's requests: the captured first and tool-result requests,
+    then one more tool call and result per turn (the cache breakpoint on the newest
+    message, as Claude Code moves it); the first prompt holds ``card``."""
+    first = json.loads((CAPTURED / "first_request.json").read_text())
+    later = json.loads((CAPTURED / "tool_result_request.json").read_text())
+    prompt = first["messages"][0]["content"][-1]
+    prompt["text"] = f"Pay the invoice with my card {card}, then: {prompt['text']}"
+    later["messages"][0] = copy.deepcopy(first["messages"][0])
+    bodies = [first, later]
+    while len(bodies) < turns:
+        body = copy.deepcopy(bodies[-1])
+        body["messages"][-1]["content"][-1].pop("cache_control")
+        tool = f"toolu_e2e_{len(bodies)}"
+        body["messages"] += [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": tool, "name": "Read", "input": {"file_path": "a"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "tool_use_id": tool,
+                        "type": "tool_result",
+                        "content": f"contents of a, read by {tool}",
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ]
+        bodies.append(body)
+    for body in bodies:
+        body["stream"] = False  # buffered: the receipt comes back as a header
+    return bodies
+
+
+def test_erasing_an_agent_turn_erases_what_the_later_turns_repeat(deployment: Deployment) -> None:
+    dep = deployment
+    digits = "4" + "".join(secrets.choice("0123456789") for _ in range(15))
+    card = " ".join(digits[n : n + 4] for n in range(0, 16, 4))
+    session = f"cc-{uuid.uuid4().hex[:12]}"
+    bodies = claude_code_turns(card, 3)
+    receipts = []
+    with dep.client() as client:
+        for body in bodies:
+            sent = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            headers = {"content-type": "application/json", "x-reef-tag-session": session}
+            response = client.post("/v1/messages", content=sent, headers=headers)
+            assert response.status_code == 200, response.text
+            receipts.append(response.headers["x-reef-agent-record-id"])
+        reported = client.post("/reef/report", json={"score": 1.0, "references": receipts})
+    assert reported.status_code == 200, reported.text
+    report_id = reported.json()["agent_record_id"]
+    assert fate(dep, report_id)["status"] == "accepted"
+
+    def record(receipt: str) -> dict[str, Any]:
+        with dep.client() as client:
+            got = client.get(f"/reef/scenarios/{dep.scenario}/records/{receipt}")
+        assert got.status_code == 200, got.text
+        found: dict[str, Any] = got.json()
+        return found
+
+    # every turn reads back as the agent sent it, the card number in each
+    for receipt, body in zip(receipts, bodies, strict=True):
+        assert record(receipt)["request"] == body
+    assert card.encode() not in dep.raw_topics()  # sealed (and compressed) at rest
+
+    answer = erase(dep, receipts[0])
+    assert answer.status_code == 200, answer.text
+
+    # -- every reader: the later turns are partly erased, the card number nowhere --------
+    views = [record(r) for r in receipts]
+    assert views[0]["erased"] is True and "request" not in views[0]
+    for view, body in zip(views[1:], bodies[1:], strict=True):
+        assert view["partly_erased"] is True
+        request = view["request"]
+        # what the first turn introduced: its prompt, and the system prompt and tools
+        assert request["messages"][0] == {"erased": True}
+        assert request["system"] == {"erased": True} and request["tools"] == {"erased": True}
+        assert request["messages"][1:] == body["messages"][1:]  # what they said themselves
+    with dep.client() as client:
+        listed = client.get(f"/reef/scenarios/{dep.scenario}/records", params={"limit": 500})
+    assert listed.status_code == 200, listed.text
+    assert card not in json.dumps(views) + listed.text
+    assert "toolu_e2e_2" in listed.text  # the last turn's own tool result reads in full
+    samples = [
+        s
+        for s in dep.stored(topics.SAMPLES)
+        if isinstance(s.event, SampleJoined) and s.event.report_id == report_id
+    ]
+    assert samples and all(s.erased for s in samples)
+    assert all(card not in s.event.trajectory_json for s in samples)  # type: ignore[union-attr]
+    exported = b""
+    for topic in (topics.INFERENCE, topics.SAMPLES):
+        out = dep.process.state_dir.parent / f"agent-export-{topic}.jsonl"
+        dep.cli("export", "--topic", topic, "-o", str(out))
+        exported += out.read_bytes()
+    assert card.encode() not in exported
+    assert b"toolu_e2e_2" in exported
+    assert card.encode() not in dep.raw_topics()
+    assert card.encode() not in files_bytes(dep.process.state_dir.parent)
+    assert receipts[0] not in dep.keys(receipts)
+
+    # -- the whole session in one call ---------------------------------------------------
+    with dep.client() as client:
+        path = f"/reef/scenarios/{dep.scenario}/sessions"
+        whole = client.delete(f"{path}/{session}")
+        unknown = client.delete(f"{path}/no-such-session-{uuid.uuid4().hex[:8]}")
+    assert whole.status_code == 200, whole.text
+    assert whole.json() == {
+        "scenario": dep.scenario,
+        "session": session,
+        "erased": receipts[1:],
+        "already_erased": receipts[:1],
+        "not_erasable": [],
+    }
+    assert_reef_error(unknown, 404)
+    assert all(record(r)["erased"] is True for r in receipts)
+    assert dep.keys(receipts) == {}

@@ -1,4 +1,4 @@
-"""The loop learns on real-architecture model folders (issue 16, part 2): ``reef serve``
+"""The loop learns on real-architecture model folders: ``reef serve``
 with ``REEF_ENGINE_MODEL=<folder>`` serves the folder through its chat template, records
 the exchanges, the in-process ``sft`` trainer trains on ``training.base_model: <folder>``
 (full weights, or a LoRA adapter), the gate evaluates, the chain releases and the engine
@@ -10,8 +10,8 @@ The folders are built here (tests/support/model_folders.py: random weights, a BP
 tokenizer trained on the task's text): a Qwen2 (tied embeddings) trained on full
 weights, a Llama trained through LoRA on its decoder projections (the default targets).
 Workload, task and grader are tests/e2e/test_learning.py's ("Return exactly: <word>",
-128 corrections a round); 60 steps at lr 3e-3 a round. Offline, the same batches took
-Qwen2 full 0.00 -> 0.14 -> 0.27 -> 0.42 and Llama LoRA 0.01 -> 0.17 -> 0.37 -> 0.58.
+128 corrections a round); 60 steps at lr 3e-3 a round, so that either folder's served
+held-out score gains RISE within MAX_ROUNDS.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ GRPO_ROUNDS = 2
 GROUP_SIZE = 8  # answers sampled per prompt (one group)
 PROMPTS = 16  # groups per round (one batch)
 GRPO_SEED = 8  # the round sampler's (words, request seeds)
-GRPO_RISE = 0.05  # every offline seed rose by more (see the test)
+GRPO_RISE = 0.05  # below the rise with other seeds of the round sampler too (see the test)
 
 
 def test_grpo_raises_what_a_qwen3_folder_serves_from_scores_alone(
@@ -130,17 +130,15 @@ def test_grpo_raises_what_a_qwen3_folder_serves_from_scores_alone(
     """``grpo`` on a Qwen3 folder from scores alone, as tests/e2e/test_learning.py's grpo
     test on the tiny model: the scenario starts from a copy warm start of the folder
     (``REEF_SEED_DIR``; from random weights a policy gradient has nothing to work with),
-    which answers "First letter of: <word>" with a few letters (held-out 0.004). Each
-    round the served model answers 16 training words 8 times at temperature 1 with
+    which answers "First letter of: <word>" with a few letters (held-out score near 0).
+    Each round the served model answers 16 training words 8 times at temperature 1 with
     ``"logprobs": true`` (a seed per request), every answer is reported with its score
     alone, grouped by ``metadata.prompt_id``; the trainer steps on the token ids and
     logprobs recorded through Reef, exactly as served (importance ratio 1 at the first
     step), the gate (win_margin on 60 other words) commits, the engine hot-loads, and the
-    greedy score served on 60 held-out words rises.
-
-    Measured (2 cores): 0.004 -> 0.336 after 2 rounds, both committed, the same figures
-    in every run. Offline (the same warm start, training and gate; round sampler seeded
-    1-8): 0.09-0.34 after 2 rounds, at least 0.085 after the first."""
+    greedy score served on 60 held-out words rises by GRPO_RISE, the last release
+    committed. The requests carry seeds, so a run repeats; the bar is below the rise with
+    other seeds of the round sampler too, so it does not rest on this seed's draws."""
     warm = copy_warm_start(tmp_path / "warm-start", base_model=str(folders["qwen3"]), rounds=4)
     scenario = unique_scenario("qwen3-grpo")
     config = write_recipe(

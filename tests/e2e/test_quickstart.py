@@ -1,4 +1,4 @@
-"""The quickstart (seeds/001) run as written: httpx, the OpenAI SDK and curl.
+"""The quickstart run as written: httpx, the OpenAI SDK and curl.
 
 Only the address differs from the seed (a free loopback port instead of 8900); the token
 is the seed's own ``reef-local``, the scenario its ``hello-reef``.

@@ -619,10 +619,14 @@ async def raw_log_values(state_dir: Path) -> bytes:
 
 def test_large_prompt_is_claim_checked_and_read_back_in_full(embedded: Deployment) -> None:
     scenario = unique_scenario("claim")
-    prompt = "claim-check " + uuid.uuid4().hex + " " + "lorem ipsum " * 850
+    # no words repeat, so it stays over the threshold compressed; sent indented, so it is
+    # stored whole, not as blocks (docs/storage.md)
+    prompt = "claim-check " + " ".join(uuid.uuid4().hex for _ in range(300))
     assert 9_000 < len(prompt.encode()) < 12_000
     with embedded.client(scenario=scenario) as client:
-        response = client.post("/v1/chat/completions", json=chat_body(prompt))
+        body = json.dumps(chat_body(prompt), indent=1)
+        headers = {"content-type": "application/json"}
+        response = client.post("/v1/chat/completions", content=body, headers=headers)
     assert response.status_code == 200, response.text
     record_id = response.headers["x-reef-agent-record-id"]
 

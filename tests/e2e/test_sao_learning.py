@@ -65,9 +65,8 @@ def sao_loop(
 
 def test_single_scored_rollouts_raise_the_served_score_across_releases(sao_loop: Loop) -> None:
     """Three rounds, three committed releases (gate ``always``): the served held-out
-    score must rise from below 0.2 to above 0.5. Measured: 0.096 (the warm start) ->
-    0.269 -> 0.633 -> 0.619 on the embedded log (the engine's sampling is seeded per
-    request)."""
+    score must rise from below 0.2 to above 0.5 (the engine's sampling is seeded per
+    request, so a run repeats)."""
     loop = sao_loop
     rng = random.Random(7)
     loop.ask_all(MEASURE[:1])  # creates the scenario (the warm start serves)
@@ -123,7 +122,7 @@ def assert_trained_on_engine_logprobs(loop: Loop) -> None:
 
 def assert_said_what_it_serves(loop: Loop) -> None:
     """A ``reef serve`` with no upstream says at start that the built-in tiny model serves
-    and how to serve a provider or watch it learn (part 6 of issue 15)."""
+    and how to serve a provider or watch it learn."""
     stderr = loop.deployment.reef.managed.stderr_text()
     assert "no upstream is configured, so a local engine serves the built-in tiny model" in stderr
     assert "REEF_UPSTREAM_URL" in stderr and "reef demo" in stderr

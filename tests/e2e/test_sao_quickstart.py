@@ -1,6 +1,6 @@
 """The seed quickstart's weight-recipe line starts.
 
-The quickstart (seeds/001): copy ``recipes/basic/external-provider.yaml``, set
+The quickstart: copy ``recipes/basic/external-provider.yaml``, set
 ``reef.recipe: recipes.sao.recipe:SAORecipe`` and serve the copy. Only the address and
 the state dir differ from the seed (a free loopback port, a temporary folder).
 """

@@ -31,6 +31,7 @@ from tests.support.sidecar import (
     chat_body,
     create_scenario,
     events,
+    known_to_api,
     publish,
     reef_client,
     wait_until,
@@ -89,7 +90,7 @@ def test_the_engine_serves_the_canary_from_its_slot_and_receipts_say_so(
         head = create_scenario(reef, scenario)
         content = publish(state, weight_sets.seed_b)
         proposal = propose_pending(state, scenario, head, content)
-        candidate = committed_pending(state, scenario, proposal)
+        candidate = known_to_api(reef, scenario, committed_pending(state, scenario, proposal))
         with reef_client(reef) as client:
             response = client.post(
                 f"/reef/scenarios/{scenario}/rollouts",

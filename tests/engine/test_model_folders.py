@@ -1,4 +1,4 @@
-"""Real model folders (issue 16, part 2): Llama, Qwen2 and Qwen3 folders built here
+"""Real model folders: Llama, Qwen2 and Qwen3 folders built here
 (random weights, a BPE tokenizer trained on the test's text, the family's chat template)
 are served by the engine with their chat template, trained by sft (full and LoRA) on the
 same token ids with the loss on the answer only, and by grpo on the token ids and

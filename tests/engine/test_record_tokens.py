@@ -8,9 +8,11 @@ from pathlib import Path
 
 import httpx
 
+from reef.artifacts import ClaimCheck, open_store
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
 from reef.log.embedded import EmbeddedLog
+from reef.settings import Settings
 from reef.testing.servers import running_reef
 from reef.wiring import readable_store
 
@@ -19,7 +21,9 @@ async def recorded(state_dir: Path) -> list[InferenceRecorded]:
     log = EmbeddedLog(state_dir / "log.sqlite3")
     await log.start()
     try:
-        async with readable_store(log) as store:  # sealed bodies opened
+        settings = Settings(state_dir=state_dir)  # bodies opened, from the artifact store
+        claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+        async with readable_store(log, claims) as store:
             return [s.event async for s in store.read(INFERENCE)
                     if isinstance(s.event, InferenceRecorded)]
     finally:

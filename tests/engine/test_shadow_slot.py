@@ -27,6 +27,7 @@ from tests.support.sidecar import (
     committed,
     create_scenario,
     events,
+    known_to_api,
     propose,
     publish,
     reef_client,
@@ -47,7 +48,7 @@ def test_the_engine_answers_shadow_copies_from_its_slot_and_clients_only_the_hea
         head = create_scenario(reef, scenario)
         content = publish(state, weight_sets.seed_b)
         proposal = propose(state, scenario, head, content, pending=True)
-        candidate = committed(state, scenario, proposal, pending=True)
+        candidate = known_to_api(reef, scenario, committed(state, scenario, proposal, pending=True))
         with reef_client(reef) as client:
             response = client.post(
                 f"/reef/scenarios/{scenario}/rollouts",

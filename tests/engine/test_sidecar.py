@@ -404,7 +404,7 @@ def test_a_request_queued_in_the_engine_across_a_load_names_the_new_release(
             with reef_client(reef, timeout=300.0) as client:
                 return ask(client, scenario, "buffered", max_tokens)
 
-        # long generations fill the engine's slots (~1 s each alone; the load takes <1 s)
+        # long generations fill the engine's slots (each meant to outlast the load that follows)
         with ThreadPoolExecutor(ENGINE_SLOTS + 1) as pool:
             long = [pool.submit(one, QUEUE_TOKENS) for _ in range(ENGINE_SLOTS)]
             time.sleep(0.5)

@@ -1,3 +1,3 @@
-"""The fault suite (issue 9): each test injects one fault into real processes on loopback
+"""The fault suite: each test injects one fault into real processes on loopback
 under a steady client load (reef/testing/load.py) and ends with the full consistency
 check (tests/support/consistency.py); each records one ``FAULT-TABLE`` row."""

@@ -76,6 +76,8 @@ def test_sigkill_of_the_s3_server(
     env = {
         **s3_env,
         "REEF_CLAIM_CHECK_BYTES": "1024",
+        # bodies uncompressed, so every request over 1 KiB is claim-checked into S3
+        "REEF_BODY_FORMAT": "plain",
         "REEF_RECIPE": RECIPE,
         "REEF_RECIPE_CONFIG": str(recipe),
     }

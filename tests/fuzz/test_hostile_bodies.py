@@ -186,11 +186,22 @@ def wrong_types(draw: st.DrawFn, paths: st.SearchStrategy[str] = routes) -> Host
     body = valid_body(path)
     for key in draw(st.lists(st.sampled_from(sorted(set(body) | {"stream", "tools"})), min_size=1)):
         body[key] = draw(json_values)
-    if path == "/reef/report" and not (
-        isinstance(body.get("score"), int | float) and not isinstance(body.get("score"), bool)
-    ):
+    if path == "/reef/report" and report_refused_whatever_else(body):
         return Hostile("wrong-types", path, dumps(body), must_reject=True, status=400)
     return Hostile("wrong-types", path, dumps(body))
+
+
+def report_refused_whatever_else(body: dict[str, Any]) -> bool:
+    """A report body refused by the score and feedback rules alone: a score that is not a
+    number, or no score (absent or null) and no feedback (empty text, an empty object, or
+    neither a string nor an object)."""
+    score = body.get("score")
+    if score is not None:
+        return isinstance(score, bool) or not isinstance(score, int | float)
+    feedback = body.get("feedback", "")
+    if isinstance(feedback, str):
+        return not feedback.strip()
+    return not (isinstance(feedback, dict) and feedback)
 
 
 @st.composite

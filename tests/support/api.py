@@ -1,7 +1,7 @@
 """What a test sends to Reef's HTTP API and how it checks the errors it gets back.
 
 Request bodies of both dialects, unique scenario names and prompt markers, and the
-error shapes of PROTOCOL.md "Common rules" (OpenAI, Anthropic and Reef's own).
+error shapes of the HTTP contract (OpenAI, Anthropic and Reef's own).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def marker() -> str:
 
 
 # ---------------------------------------------------------------------------
-# Error shapes (PROTOCOL.md "Common rules")
+# Error shapes (the HTTP contract's common rules)
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]:

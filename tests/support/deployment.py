@@ -95,7 +95,7 @@ class Deployment:
             log = self.new_log()
             await log.start()
             try:
-                async with readable_store(log) as store:
+                async with readable_store(log, self.process.claims()) as store:
                     return [s async for s in store.read(topic, raw=raw)]
             finally:
                 await log.close()

@@ -8,13 +8,17 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 
+from reef.artifacts import ClaimCheck, LocalArtifactStore
 from reef.core.events import Event, InferenceRecorded, TurnCompleted, TurnJudged
 from reef.core.ids import derived_id
 from reef.core.topics import LOG_TOPICS
 from reef.crypto.rings import open_keyring
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
+from reef.settings import Settings
 from reef.testing.events import chat_request, chat_response, inference, receipt
+
+DEFAULTS = Settings()
 
 
 def session(
@@ -66,14 +70,16 @@ def exchanges_of(events: list[Event]) -> list[InferenceRecorded]:
 
 @contextlib.asynccontextmanager
 async def judged_store(work: Path) -> AsyncIterator[EventStore]:
-    """A real embedded log with every topic and its key ring, as the judge reads it."""
+    """A real embedded log with every topic, its key ring and an artifact store, bodies
+    stored in the default format, as the judge reads them."""
     log = EmbeddedLog(work / "log.sqlite3", partitions=2)
     await log.start()
     await log.ensure_topics(list(LOG_TOPICS))
     ring = open_keyring(log)
     await ring.start()
     try:
-        yield EventStore(log, keys=ring)
+        claims = ClaimCheck(LocalArtifactStore(work / "objects"), DEFAULTS.claim_check_bytes)
+        yield EventStore(log, claims=claims, keys=ring, body_format=DEFAULTS.body_format)
     finally:
         await ring.close()
         await log.close()

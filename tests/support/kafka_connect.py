@@ -61,7 +61,7 @@ _PROVIDED: Final = (
 
 
 def ensure_plugins(settings: StackSettings) -> Path:
-    """The worker's ``plugin.path``, fetched with Maven the first time (about 10 s)."""
+    """The worker's ``plugin.path``, fetched with Maven the first time only."""
     root = settings.home / f"kafka-connect-plugins-{CONVERTER_VERSION}"
     plugins, marker = root / "plugins", root / "complete"
     digest = hashlib.sha256(_POM.encode()).hexdigest()

@@ -75,9 +75,9 @@ def copy_warm_start(
     folder) after a short imitation warm-up on the *copy* task (``rounds`` x 30 AdamW
     steps on 32 training words each), written under ``folder``. It has never seen
     "First letter of: <word>", to which the tiny model answers with (a garbled copy of)
-    the whole word: held-out score ~0.06-0.1 (partial credit for the first letter). From
+    the whole word: a low held-out score (partial credit for the first letter). From
     the random tiny model a policy gradient has nothing to work with: it never samples a
-    right answer (reference/learning-notes.md). Deterministic: the e2e suite builds the
+    right answer. Deterministic: the e2e suite builds the
     tiny one once (``copy_warm_start_dir``, tests/e2e/conftest.py) for the grpo and sao
     tests."""
     from recipes.training import SftTraining

@@ -127,7 +127,7 @@ class ReefServer:
         async def read() -> list[Event]:
             log = self.open_log()
             try:
-                async with readable_store(log) as store:  # sealed bodies opened
+                async with readable_store(log, self.process.claims()) as store:  # bodies opened
                     found = []
                     start = self.start_offsets.get(topic)
                     async for stored in store.read(topic, start=start, scenario=scenario):

@@ -1,6 +1,6 @@
-"""The join's decision methods as they were before the per-event cost work (as of commit
-4ea0dfc, verbatim), as a subclass: the equivalence test runs it beside the current
-:class:`reef.core.join.JoinProcessor` and asserts equal outputs and state."""
+"""The join's decision methods in their plain form (every key read where it is needed,
+no shared walk), as a subclass: the oracle the equivalence test runs beside
+:class:`reef.core.join.JoinProcessor`, asserting equal outputs and state."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from reef.core.state import KeyValueState
 
 
 class ReferenceJoin(JoinProcessor):
-    """Reads every key as often as the old step did and orders trajectories its way."""
+    """Reads every key as often as the plain step needs it and orders trajectories its way."""
 
     def reads(self, event: Event) -> list[str]:
         return []

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from reef.artifacts import LocalArtifactStore
+from reef.artifacts import ClaimCheck, LocalArtifactStore, open_store
 from reef.artifacts.content import ContentStore
 from reef.core import topics
 from reef.core.events import (
@@ -30,6 +30,7 @@ from reef.core.events import (
 from reef.log import running
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
+from reef.settings import Settings
 from reef.testing.servers import (
     HOST,
     ManagedProcess,
@@ -86,7 +87,10 @@ def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
         log = _log(state_dir)
         try:
             found = []
-            async with readable_store(log) as store:  # sealed bodies opened
+            # bodies opened (those stored as blocks assembled from the artifact store)
+            settings = Settings(state_dir=state_dir)
+            claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+            async with readable_store(log, claims) as store:
                 async for stored in store.read(topic, scenario=scenario):
                     assert stored.event is not None, f"undecodable record: {stored.error}"
                     found.append(stored.event)
@@ -219,6 +223,22 @@ def create_scenario(reef: ReefProcess, scenario: str) -> str:
     assert response.status_code == 201, response.text
     head: str = response.json()["release_id"]
     return head
+
+
+def known_to_api(reef: ReefProcess, scenario: str, release_id: str) -> str:
+    """``release_id`` once the API's projection lists it in ``scenario``'s chain.
+
+    A test that learns of a commit by reading the log itself is ahead of the API's
+    projection, which folds the same record a moment later."""
+
+    def listed() -> bool:
+        with reef_client(reef) as client:
+            response = client.get(f"/reef/scenarios/{scenario}/releases")
+        assert response.status_code == 200, response.text
+        return any(r["release_id"] == release_id for r in response.json()["releases"])
+
+    wait_until(f"the API to list {release_id}", listed, 30)
+    return release_id
 
 
 def scenario_status(reef: ReefProcess, scenario: str) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def snapshot(state: DictState) -> str:
 
 
 # ---------------------------------------------------------------------------
-# A model of the rules, written from the module docstring and DESIGN.md section 4
+# A model of the rules, written from the module docstring
 
 
 @dataclass

@@ -303,7 +303,7 @@ WRONG_VALUES = [
     ("InferenceRecorded", "model", 5),
     ("ReportSubmitted", "references", "not-a-list"),
     ("ReportSubmitted", "references", ["ok", 3]),
-    ("ReportSubmitted", "score", None),
+    ("ReportSubmitted", "score", "high"),  # None is a report without a score
     ("EngineLoadFailed", "attempt", True),
     ("EngineLoadFailed", "attempt", 1.5),
     ("ScenarioCreated", "scenario", None),

@@ -160,7 +160,8 @@ class LookupBackend:
         self, parent: Path | None, examples: Sequence[Example], out_dir: Path, options: SftTraining
     ) -> dict[str, float]:
         table = _table(parent)
-        table.update({conversation[-1]["content"]: target for conversation, target in examples})
+        pairs = [e for e in examples if isinstance(e, tuple)]  # text exchanges only here
+        table.update({conversation[-1]["content"]: target for conversation, target in pairs})
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "model.json").write_text(json.dumps(table, sort_keys=True))
         return {"examples": float(len(examples))}

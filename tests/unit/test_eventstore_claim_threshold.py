@@ -61,8 +61,10 @@ async def test_only_bodies_over_the_threshold_are_offloaded(
 ) -> None:
     claims = ClaimCheck(LocalArtifactStore(tmp_path / "objects"), THRESHOLD)
     store = EventStore(log, claims=claims, keys=TableKeyRing(log) if sealed else None)
-    # 200 characters of 3-byte UTF-8: the character count fits, the bytes do not
-    events = [exchange("small", "hi"), exchange("wide", "\u20ac" * 200)]
+    # 300 characters of 3-byte UTF-8: the character count fits, the bytes do not, even
+    # compressed before sealing (no character repeats)
+    wide = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(300))
+    events = [exchange("small", "hi"), exchange("wide", wide)]
     await store.append_all(events)
 
     held = await stored(log)

@@ -1,8 +1,8 @@
-"""The join after its per-event cost work decides exactly as before.
+"""The join decides exactly as its plain reference form does.
 
-The current :class:`reef.core.join.JoinProcessor` (each referenced record read once, the
-trajectory walk reusing it, parked lists split in one pass) runs beside the old decision
-code (``tests/support/reference_join.py``, verbatim) over random multi-turn workloads:
+:class:`reef.core.join.JoinProcessor` (each referenced record read once, the trajectory
+walk reusing it, parked lists split in one pass) runs beside the reference decision code
+(``tests/support/reference_join.py``) over random multi-turn workloads:
 sessions merged or not, ties in event time, multi-reference and unknown references,
 parking, expiry, a tiny parking lot, erasures and redeliveries. Every step must give equal
 outputs and leave an equal state. The id helpers' fast paths are pinned to their general

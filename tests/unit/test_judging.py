@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from reef.core import judging
@@ -115,3 +118,17 @@ def test_the_prompt_shows_the_next_state_between_its_markers() -> None:
         f"{judging.NEXT_STATE_OPEN}\nno, it is 4\n{judging.NEXT_STATE_CLOSE}"
     )
     assert judging.hint_prompt(view)[0]["content"].startswith(judging.HINT_MARKER)
+
+
+def test_a_codex_turn_is_read_from_responses_items() -> None:
+    """The Responses API (Codex): the call is an output item, its result an input item."""
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "agents" / "codex" / "exec"
+    request = json.loads((folder / "first_request.json").read_bytes())
+    following = json.loads((folder / "tool_result_request.json").read_bytes())
+    call = next(i for i in following["input"] if i.get("type") == "function_call")
+    response = {"object": "response", "output": [call]}
+    view = judging.turn_view(request, response, following, "/v1/responses")
+    assert view is not None
+    assert view.answer == f"[tool_call: exec_command({call['arguments']})]"
+    assert view.next_role == "tool" and "exited with code 0" in view.next_text
+    assert "user" in [role for role, _ in view.messages]

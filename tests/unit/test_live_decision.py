@@ -4,8 +4,8 @@ and the statistical rule on simulated score streams.
 Simulation: every exchange goes to the candidate with probability ``share``, fails with
 probability 2%, and is scored (Bernoulli scores unless said otherwise); the decision is
 looked at after every exchange, as the controller will after every report. Alpha 0.05,
-min_exchanges 20 per arm, a head scoring 0.6. Measured at this commit (fixed seeds: every
-run of the tests sees these figures):
+min_exchanges 20 per arm, a head scoring 0.6. The seeds are fixed, so the simulation is
+deterministic and gives these figures (the first row's rate is asserted exactly):
 
 ==============================================  =====  ========  ===========  =========
 candidate                                       runs   promoted  rolled back  exchanges

@@ -122,7 +122,9 @@ def test_sft_learns_from_corrections_and_well_scored_answers() -> None:
     assert recipe.admit(sample(score=0.3, feedback="meh"), 0) == "no_training_signal"
     from recipes.sft import example_of
 
-    messages, target = example_of(sample(feedback={"correction": "cat"}), 1.0) or ([], "")
+    example = example_of(sample(feedback={"correction": "cat"}), 1.0)
+    assert isinstance(example, tuple)  # a text exchange: (conversation, target)
+    messages, target = example
     assert messages == [{"role": "user", "content": "Say cat"}] and target == "cat"
     assert example_of(sample(score=1.0), 1.0) == (messages, "dog")
 

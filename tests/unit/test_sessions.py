@@ -72,7 +72,8 @@ def test_side_calls_never_become_turns() -> None:
     assert proc.step(state, exchange("side-1", 1, title, "Maths", tools=False)) == []
     tagged = exchange("side-2", 2, T2, "4", tags={"turn-type": "side"})
     assert proc.step(state, tagged) == []
-    assert state.get("fate/side-1") == state.get("fate/side-2") == "side"
+    assert state.get("fate/side-1") == {"side": "no-tools"}
+    assert state.get("fate/side-2") == {"side": "tagged"}
     assert completed(proc.step(state, exchange("r2", 3, T2, "4"))).receipt_id == "r1"
 
 

@@ -1,4 +1,4 @@
-"""``training.backend: slime`` (issue 16, part 6): the files and command built from a Reef
+"""``training.backend: slime``: the files and command built from a Reef
 batch (pure), the file read back by the rollout function with a TEST STAND-IN for slime's
 ``Sample``, and the missing-slime failure through the trainer. slime itself never ran here
 (it needs GPUs, Megatron-LM and Ray)."""

@@ -1,4 +1,4 @@
-"""Training on a device (issue 16, part 1): ``training.device`` / ``dtype`` /
+"""Training on a device: ``training.device`` / ``dtype`` /
 ``micro_batch_tokens`` / ``gradient_checkpointing`` / ``seed`` of ``sft`` and ``grpo``, on
 the tiny model. There is no GPU here: the CUDA branches are the pure device resolution,
 a GPU-less machine refusing ``cuda``, and a CUDA out-of-memory injected into a step."""

@@ -38,8 +38,7 @@ from recipes.errors import TrainingError
 from trainers.backends.devices import Placement
 from trainers.backends.torch_backend import (
     ADAPTER_MARKER,
-    Conversation,
-    encode_example,
+    encode_examples,
     load,
     optimise,
     pad_id,
@@ -47,7 +46,7 @@ from trainers.backends.torch_backend import (
 )
 
 if TYPE_CHECKING:
-    from recipes.training import LoraSettings, SftTraining
+    from recipes.training import Example, LoraSettings, SftTraining
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_FILES = (ADAPTER_MARKER, ADAPTER_WEIGHTS)
@@ -137,7 +136,7 @@ def _adapter_model(parent: Path | None, options: SftTraining) -> tuple[Any, Any,
 
 def train_sft_lora(
     parent: Path | None,
-    examples: Sequence[tuple[Conversation, str]],
+    examples: Sequence[Example],
     out_dir: Path,
     options: SftTraining,
 ) -> dict[str, float]:
@@ -148,7 +147,7 @@ def train_sft_lora(
     with torch_threads(options.threads), place.seeded(options.seed):
         model, tokenizer, continued = _adapter_model(parent, options)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        rows = [encode_example(tokenizer, m, t, options.max_length) for m, t in examples]
+        rows, cuts = encode_examples(tokenizer, examples, options.max_length)
         losses = optimise(model.to(place.device), rows, options, place, pad=pad_id(tokenizer))
         out_dir.mkdir(parents=True, exist_ok=True)
         model.to("cpu").save_pretrained(str(out_dir), save_embedding_layers=False)
@@ -160,6 +159,7 @@ def train_sft_lora(
         "steps": float(options.steps),
         "loss_first": losses[0],
         "loss_last": losses[-1],
+        **cuts,
         "trainable_parameters": float(trainable),
         "continued": 1.0 if continued else 0.0,
         "train_seconds": time.perf_counter() - started,

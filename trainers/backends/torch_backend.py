@@ -39,13 +39,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from recipes.errors import TrainingError
+from recipes.rendering import Trajectory, render
 from reef.modelkit.errors import ModelFolderError
 from reef.modelkit.folders import check_model_pair
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer, make_portable
 from trainers.backends.devices import Placement, enable_checkpointing, micro_batches
 
 if TYPE_CHECKING:
-    from recipes.training import DeviceSettings, GrpoTraining, Rollout, SftTraining
+    from recipes.training import DeviceSettings, Example, GrpoTraining, Rollout, SftTraining
 
 Conversation = Sequence[Mapping[str, str]]
 #: one encoded example: (input ids, labels)
@@ -138,6 +139,32 @@ def encode_example(
     return ids, labels
 
 
+def encode_examples(
+    tokenizer: Any, examples: Sequence[Example], max_length: int
+) -> tuple[list[Row], dict[str, float]]:
+    """Rows for every example, and what the context rule cut (``context_cut_messages``,
+    ``context_cut_tokens``): a (conversation, target) pair is its prompt and the target;
+    a :class:`~recipes.rendering.Trajectory` is rendered with its tools, the loss on its
+    trained assistant spans (:func:`recipes.rendering.render`)."""
+    rows: list[Row] = []
+    cut_messages = cut_tokens = 0
+    for example in examples:
+        if isinstance(example, Trajectory):
+            try:
+                rendered = render(tokenizer, example, max_length)
+            except ValueError as exc:
+                raise TrainingError(str(exc)) from exc
+            rows.append((rendered.ids, rendered.labels))
+            cut_messages += rendered.cut_messages
+            cut_tokens += rendered.cut_tokens
+        else:
+            rows.append(encode_example(tokenizer, example[0], example[1], max_length))
+    return rows, {
+        "context_cut_messages": float(cut_messages),
+        "context_cut_tokens": float(cut_tokens),
+    }
+
+
 def _padded(rows: Sequence[Row], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(ids) for ids, _ in rows)
     ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows])
@@ -161,7 +188,7 @@ def save_candidate(model: torch.nn.Module, tokenizer: Any, out_dir: Path) -> Non
 
 def train_sft(
     parent: Path | None,
-    examples: Sequence[tuple[Conversation, str]],
+    examples: Sequence[Example],
     out_dir: Path,
     options: SftTraining,
 ) -> dict[str, float]:
@@ -170,10 +197,11 @@ def train_sft(
     place = Placement.of_settings(options)
     with torch_threads(options.threads), place.seeded(options.seed):
         model, tokenizer = load(parent, options.base_model)
-        rows = [encode_example(tokenizer, m, t, options.max_length) for m, t in examples]
+        rows, cuts = encode_examples(tokenizer, examples, options.max_length)
         losses = optimise(model.to(place.device), rows, options, place, pad=pad_id(tokenizer))
         save_candidate(model, tokenizer, out_dir)
     return {
+        **cuts,
         "examples": float(len(examples)),
         "steps": float(options.steps),
         "loss_first": losses[0],

@@ -1,0 +1,467 @@
+"""The closed loop of bench/agents.py: real agent CLIs, a real-architecture folder served
+by Reef, a checker that reports each session's outcome, and the releases that follow.
+
+* :class:`Cli`: one agent CLI run non-interactively with a short system prompt and one
+  tool (Claude Code ``-p`` with ``Write``; ``codex exec`` with its shell tool), the
+  answer that would have succeeded for a task, in the model's tool-call syntax
+  (Qwen2.5's ``<tool_call>`` JSON, read back by the engine's ``qwen25`` parser).
+* :func:`probe`: one session against a capturing stand-in, for the request the CLI
+  really sends (the tokenizer is trained on it; the gate's tasks are rendered from it).
+* :func:`build_folder`: a Qwen2 folder with random weights, a BPE tokenizer trained on
+  the probed requests and the task words, and a chat template that renders tools.
+* :class:`Checker`: after a session, the exchanges it recorded (``GET
+  /reef/scenarios/{s}/records``), success checked on disk, and a report quoting the
+  receipt (``reef_client``) of the first exchange, and of the second after a call that
+  succeeded: the outcome as the score, and as correction what the exchange should have
+  answered (the first: the tool call; the second: a short text that ends the session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+from reef_client import ReefClient
+
+from reef.testing.chat_templates import QWEN25_TOOLS
+
+NODE_MODULES = Path(__file__).resolve().parents[1] / ".tools" / "agents" / "node_modules"
+CLAUDE = NODE_MODULES / "@anthropic-ai/claude-code-linux-x64/claude"
+CODEX = NODE_MODULES / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+TOKEN_ENV = "REEF_AGENT_TOKEN"  # the variable Codex's provider reads its key from
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+#: Qwen's pre-tokeniser split (digits one by one; a run of newlines is one piece)
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+DONE = "Done."
+PHRASES = (
+    "create a file {name} containing {word}",
+    "write {word} to a new file {name}",
+    "make {name} with the text {word}",
+)
+
+
+def pseudo_words(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
+    found: dict[str, None] = {}
+    while len(found) < count:
+        size = rng.randint(4, 6)
+        found["".join(rng.choice(vowels if i % 2 else consonants) for i in range(size))] = None
+    return list(found)
+
+
+@dataclass(frozen=True)
+class Task:
+    """Create the file ``name`` holding ``word``; checked on disk."""
+
+    name: str
+    word: str
+    phrase: str
+
+    @property
+    def prompt(self) -> str:
+        return self.phrase.format(name=self.name, word=self.word)
+
+    def succeeded(self, workdir: Path) -> bool:
+        target = workdir / self.name
+        return target.is_file() and target.read_text(errors="replace").strip() == self.word
+
+
+def task_sets(train: int, held_out: int, seed: int = 3) -> tuple[list[Task], list[Task]]:
+    """Training and held-out tasks; no word (as a name or as content) is in both."""
+    words = pseudo_words(2 * (train + held_out), seed)
+    rng = random.Random(seed)
+
+    def make(pool: list[str], count: int) -> list[Task]:
+        return [
+            Task(f"{pool[2 * i]}.txt", pool[2 * i + 1], rng.choice(PHRASES)) for i in range(count)
+        ]
+
+    return make(words[: 2 * train], train), make(words[2 * train :], held_out)
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call as the Qwen2.5 template writes it in an assistant turn."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+# ---------------------------------------------------------------------------
+# The CLIs
+
+CLAUDE_SYSTEM = "Use the Write tool to create the file the user asks for."
+CODEX_INSTRUCTIONS = "Run one shell command with exec_command to do what the user asks."
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """One non-interactive agent run: what to execute, with what, where."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+    def run(self, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    """A closed environment: its own HOME, so no user configuration leaks in."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": str(home)}
+
+
+def _binary(path: Path) -> str:
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: scripts/bootstrap installs the agent CLIs")
+    return str(path)
+
+
+@dataclass(frozen=True)
+class Cli:
+    name: str
+    #: (prompt, base_url, token, scenario, workdir, home) -> the run
+    command: Callable[[str, str, str, str, Path, Path], AgentRun]
+    #: the answer that would have succeeded, for a task in a working directory
+    correct: Callable[[Task, Path], str]
+
+
+def _claude(
+    prompt: str, base_url: str, token: str, scenario: str, workdir: Path, home: Path
+) -> AgentRun:
+    """``claude -p`` with a one-sentence system prompt and the Write tool alone."""
+    env = {
+        **_base_env(home),
+        **QUIET_ENV,
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": token,
+        "ANTHROPIC_CUSTOM_HEADERS": f"x-reef-scenario: {scenario}",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "96",
+    }
+    argv = [_binary(CLAUDE), "-p", prompt, "--model", "claude-sonnet-4-5"]
+    argv += ["--allowedTools", "Write", "--tools", "Write", "--output-format", "text"]
+    argv += ["--system-prompt", CLAUDE_SYSTEM, "--max-turns", "2"]
+    return AgentRun(argv, env, workdir)
+
+
+def _codex(
+    prompt: str, base_url: str, token: str, scenario: str, workdir: Path, home: Path
+) -> AgentRun:
+    """``codex exec`` with Reef as its Responses provider, short instructions and the
+    optional tools and context blocks off."""
+    codex_home = home / "codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    instructions = codex_home / "instructions.md"
+    instructions.write_text(CODEX_INSTRUCTIONS + "\n")
+    (codex_home / "config.toml").write_text(
+        "\n".join(
+            [
+                'model = "gpt-5-codex"',
+                'model_provider = "reef"',
+                "check_for_update_on_startup = false",
+                "",
+                "[model_providers.reef]",
+                'name = "Reef"',
+                f"base_url = {json.dumps(base_url + '/v1')}",
+                f'env_key = "{TOKEN_ENV}"',
+                'wire_api = "responses"',
+                "request_max_retries = 0",
+                "stream_max_retries = 0",
+                f"http_headers = {{ x-reef-scenario = {json.dumps(scenario)} }}",
+                "",
+                "[analytics]",
+                "enabled = false",
+                "",
+            ]
+        )
+    )
+    env = {**_base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
+    argv = [_binary(CODEX), "exec", "--skip-git-repo-check"]
+    argv += ["--sandbox", "workspace-write", "--cd", str(workdir)]
+    argv += ["-c", f"model_instructions_file={json.dumps(str(instructions))}"]
+    argv += ["-c", "include_permissions_instructions=false"]
+    argv += ["-c", "include_environment_context=false", "-c", 'web_search="disabled"']
+    for feature in ("multi_agent", "goals", "view_image", "collaboration_modes", "apps"):
+        argv += ["--disable", feature]
+    return AgentRun([*argv, prompt], env, workdir)
+
+
+CLIS = {
+    "claude": Cli(
+        "claude",
+        _claude,
+        lambda task, workdir: tool_call(
+            "Write", {"file_path": str(workdir / task.name), "content": task.word}
+        ),
+    ),
+    "codex": Cli(
+        "codex",
+        _codex,
+        lambda task, workdir: tool_call("exec_command", {"cmd": f"echo {task.word} > {task.name}"}),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------
+# Probing what a CLI sends
+
+
+class _Capture(BaseHTTPRequestHandler):
+    bodies: list[dict[str, Any]]
+
+    def do_POST(self) -> None:  # one request: kept, answered with an error (the CLI stops)
+        size = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(size)
+        with contextlib.suppress(ValueError):
+            self.server.bodies.append(json.loads(raw))  # type: ignore[attr-defined]
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"type":"error","error":{"type":"invalid_request_error","message":"x"}}')
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+def probe(cli: Cli, prompt: str, workdir: Path, home: Path) -> dict[str, Any]:
+    """The first model request ``cli`` sends for ``prompt`` (answered with an error)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            cli.command(prompt, url, "probe", "probe", workdir, home).run(timeout=30)
+    finally:
+        server.shutdown()
+    bodies: list[dict[str, Any]] = server.bodies  # type: ignore[attr-defined]
+    if not bodies:
+        raise RuntimeError(f"{cli.name} sent no model request to the probe")
+    return bodies[0]
+
+
+# ---------------------------------------------------------------------------
+# The model folder
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def build_folder(
+    directory: Path,
+    bodies: Sequence[dict[str, Any]],
+    texts: Sequence[str],
+    *,
+    vocab_size: int = 2048,
+    hidden: int = 128,
+    layers: int = 2,
+    context: int = 4096,
+    seed: int = 0,
+) -> Path:
+    """A Qwen2 folder (random weights from ``seed``) whose tokenizer is trained on the
+    probed requests (their strings and their tools as JSON) and ``texts``, with the
+    Qwen2.5 tool template."""
+    import torch
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    corpus = list(texts)
+    for body in bodies:
+        corpus += list(_strings(body))
+        corpus += [json.dumps(t) for t in body.get("tools") or []]
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
+    texts_and_turns = []
+    for text in [*corpus * 4, QWEN25_TOOLS]:  # each also as a user turn: roles are tokens
+        texts_and_turns += [text, f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"]
+    core.train_from_iterator(texts_and_turns, trainer=trainer)
+    factory: Any = PreTrainedTokenizerFast
+    tokenizer = factory(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.chat_template = QWEN25_TOOLS
+    make_config: Any = Qwen2Config
+    make_model: Any = Qwen2ForCausalLM
+    config = make_config(
+        vocab_size=-(-len(tokenizer) // 64) * 64,
+        hidden_size=hidden,
+        intermediate_size=hidden * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=context,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = make_model(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+# ---------------------------------------------------------------------------
+# Sessions and the checker
+
+
+@dataclass
+class Session:
+    task: Task
+    succeeded: bool
+    seconds: float
+    receipts: list[str]
+    releases: list[str]
+    returncode: int | None
+    prompt_tokens: list[int]
+    responses: list[Any]
+
+
+@dataclass
+class Checker:
+    """Runs sessions of one CLI against Reef and reports their outcomes."""
+
+    cli: Cli
+    base_url: str
+    token: str
+    scenario: str
+    work: Path
+    cursor: str = "-1.-1"
+    reports: int = 0
+    sessions: int = 0
+    client: ReefClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = ReefClient(self.base_url, token=self.token, timeout_s=60.0)
+
+    @property
+    def workdir(self) -> Path:
+        return self.work / f"{self.cli.name}-workdir"
+
+    def _new_exchanges(self) -> list[dict[str, Any]]:
+        """Exchanges recorded since the last call (the records API, paged by cursor)."""
+        found: list[dict[str, Any]] = []
+        headers = {"Authorization": f"Bearer {self.token}"}
+        url = f"{self.base_url}/reef/scenarios/{self.scenario}/records"
+        while True:
+            page = httpx.get(url, params={"after": self.cursor, "limit": 100}, headers=headers)
+            if page.status_code == 404:  # the scenario has no record yet
+                return found
+            page.raise_for_status()
+            body = page.json()
+            found += [r for r in body.get("records", []) if r.get("request_type") == "inference"]
+            if not body.get("records") or not body.get("next_after"):
+                return found
+            self.cursor = body["next_after"]
+
+    def run(self, task: Task, timeout: float = 120.0) -> Session:
+        """One session: a clean working directory, the CLI, the outcome on disk."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.workdir.mkdir(parents=True)
+        home = self.work / f"{self.cli.name}-home"
+        shutil.rmtree(home, ignore_errors=True)
+        self._new_exchanges()  # skip whatever came before
+        started = time.monotonic()
+        run = self.cli.command(
+            task.prompt, self.base_url, self.token, self.scenario, self.workdir, home
+        )
+        code: int | None
+        try:
+            code = run.run(timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+        seconds = time.monotonic() - started
+        exchanges = self._settled()
+        self.sessions += 1
+        return Session(
+            task,
+            task.succeeded(self.workdir),
+            seconds,
+            [e["agent_record_id"] for e in exchanges],
+            [str(e.get("release_id") or "") for e in exchanges],
+            code,
+            [int((e.get("usage") or {}).get("input_tokens") or 0) for e in exchanges],
+            [e.get("response") for e in exchanges],
+        )
+
+    def _settled(self) -> list[dict[str, Any]]:
+        """The session's exchanges, once the records API shows them (it follows the log)."""
+        found: list[dict[str, Any]] = []
+        for _ in range(20):
+            found += self._new_exchanges()
+            if found:
+                time.sleep(0.3)
+                return found + self._new_exchanges()
+            time.sleep(0.2)
+        return found
+
+    def report(self, session: Session) -> None:
+        """A report per exchange that has something to teach, quoting its receipt: the
+        session's outcome as score, the answer that would have succeeded as correction."""
+        score = 1.0 if session.succeeded else 0.0
+        # the first exchange should have called the tool; after a call that succeeded,
+        # the next should have ended the session (a failed one's later exchanges answer
+        # a conversation that went wrong: nothing to teach there)
+        quoted = session.receipts[: 2 if session.succeeded else 1]
+        for index, receipt in enumerate(quoted):
+            correction = self.cli.correct(session.task, self.workdir) if index == 0 else DONE
+            self.client.report(
+                self.scenario,
+                {"score": score, "feedback": {"correction": correction}},
+                references=[receipt],
+            )
+            self.reports += 1
