@@ -26,7 +26,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,13 @@ def _claude(
 
 
 def _codex(
-    prompt: str, base_url: str, token: str, scenario: str, workdir: Path, home: Path
+    prompt: str,
+    base_url: str,
+    token: str,
+    scenario: str,
+    workdir: Path,
+    home: Path,
+    sandbox: str = "workspace-write",
 ) -> AgentRun:
     """``codex exec`` with Reef as its Responses provider, short instructions and the
     optional tools and context blocks off."""
@@ -206,7 +213,7 @@ def _codex(
     )
     env = {**_base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
     argv = [_binary(CODEX), "exec", "--skip-git-repo-check"]
-    argv += ["--sandbox", "workspace-write", "--cd", str(workdir)]
+    argv += ["--sandbox", sandbox, "--cd", str(workdir)]
     argv += ["-c", f"model_instructions_file={json.dumps(str(instructions))}"]
     argv += ["-c", "include_permissions_instructions=false"]
     argv += ["-c", "include_environment_context=false", "-c", 'web_search="disabled"']
@@ -229,6 +236,11 @@ CLIS = {
         lambda task, workdir: tool_call("exec_command", {"cmd": f"echo {task.word} > {task.name}"}),
     ),
 }
+
+
+def with_codex_sandbox(cli: Cli, sandbox: str) -> Cli:
+    """``cli`` (Codex) running its commands under ``sandbox`` (``codex exec --sandbox``)."""
+    return replace(cli, command=partial(_codex, sandbox=sandbox))
 
 
 # ---------------------------------------------------------------------------
@@ -353,6 +365,63 @@ def build_folder(
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def warm_copy(
+    folder: Path, avoid: Sequence[str], *, steps: int, device: str, batch: int = 32, seed: int = 5
+) -> float:
+    """Pretrain the folder's random weights on a generic ability a pretrained model
+    brings, copying: a user turn "Repeat exactly: <words>" (pseudo-words none of which
+    is in ``avoid``, behind a system turn of filler of random length) answered with the
+    words. No task, tool or tool-call syntax is seen. Overwrites the folder's weights;
+    returns the last batch's loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder).to(device)
+    rng = random.Random(seed)
+    taken = set(avoid)
+    pool = [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
+    context = int(model.config.max_position_embeddings)
+
+    def example() -> tuple[list[int], int]:
+        filler = " ".join(rng.choice(pool) for _ in range(rng.randint(0, 300)))
+        words = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
+        messages = [
+            {"role": "system", "content": filler},
+            {"role": "user", "content": f"Repeat exactly: {words}"},
+        ]
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-(context - 32) :]
+        answer = tokenizer(words + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        return ids + answer, len(ids)
+
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train(True)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        rows = [example() for _ in range(batch)]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((batch, width), int(tokenizer.pad_token_id))
+        labels = torch.full((batch, width), -100)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, (row, cut) in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row)
+            labels[i, cut : len(row)] = torch.tensor(row[cut:])
+            mask[i, : len(row)] = 1
+        kind = torch.device(device).type
+        with torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=kind == "cuda"):
+            out = model(
+                input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
+            )
+        loss = out.loss
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    model.train(False)
+    model.to("cpu").save_pretrained(folder)
+    return float(loss.detach())
 
 
 # ---------------------------------------------------------------------------

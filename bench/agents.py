@@ -30,7 +30,18 @@ from typing import Any
 
 import httpx
 
-from bench.agent_loop import CLIS, Checker, Cli, Session, Task, build_folder, probe, task_sets
+from bench.agent_loop import (
+    CLIS,
+    Checker,
+    Cli,
+    Session,
+    Task,
+    build_folder,
+    probe,
+    task_sets,
+    warm_copy,
+    with_codex_sandbox,
+)
 from reef.core.dialogue.chat_template import template_messages, template_tools
 from reef.core.dialogue.records import conversation_of
 from reef.testing.servers import start_reef
@@ -110,7 +121,8 @@ def write_recipe(
         "  batching: {batch_size: 10000, max_wait_s: 8}\n"
         "  eligibility: {max_staleness: 3}\n"
         f"  training: {{base_model: '{folder}', steps: {args.steps}, "
-        f"learning_rate: {args.lr}, max_length: 4096, threads: 2}}\n"
+        f"learning_rate: {args.lr}, max_length: {args.context}, device: {args.device}, "
+        f"threads: 2}}\n"
     )
     return config
 
@@ -157,7 +169,23 @@ def run_cli(cli: Cli, work: Path, args: Any) -> Result:
     probe_body = probe(cli, PROBE_PROMPT, work / f"{cli.name}-workdir", work / "probe-home")
     texts = [t.prompt for t in [*train, *held_out]]
     texts += [cli.correct(t, work / f"{cli.name}-workdir") for t in [*train, *held_out]]
-    folder = build_folder(work / f"{cli.name}-folder", [probe_body], texts, hidden=args.hidden)
+    folder = build_folder(
+        work / f"{cli.name}-folder",
+        [probe_body],
+        texts,
+        hidden=args.hidden,
+        layers=args.layers,
+        context=args.context,
+    )
+    if args.warm_steps:
+        words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
+        started = time.monotonic()
+        loss = warm_copy(folder, words, steps=args.warm_steps, device=args.device)
+        print(
+            f"{cli.name}: copy warm start, {args.warm_steps} steps on {args.device} in "
+            f"{time.monotonic() - started:.0f}s, last loss {loss:.3f}",
+            flush=True,
+        )
     route = ROUTES[cli.name]
     result = Result(cli.name, prompt_tokens(probe_body, route, folder))
     print(f"{cli.name}: prompt {result.prompt_tokens} tokens", flush=True)
@@ -170,6 +198,7 @@ def run_cli(cli: Cli, work: Path, args: Any) -> Result:
         "REEF_ENGINE_SCENARIO": scenario,
         "REEF_ENGINE_MODEL": str(folder),
         "REEF_ENGINE_TOOL_CALL_PARSER": "qwen25",
+        "REEF_ENGINE_DEVICE": args.device,
     }
     rng = random.Random(7)
     started = time.monotonic()
@@ -257,6 +286,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument(
+        "--context", type=int, default=4096, help="the folder's window (bounds an answer)"
+    )
+    parser.add_argument(
+        "--warm-steps", type=int, default=0, help="copy warm start first (0: random weights)"
+    )
+    parser.add_argument("--device", default="cpu", help="engine and training: cpu or cuda")
+    parser.add_argument(
+        "--codex-sandbox",
+        default="workspace-write",
+        help="codex exec --sandbox (danger-full-access where Linux sandboxing is unavailable)",
+    )
     parser.add_argument("--target", type=float, default=0.5)
     parser.add_argument("--budget-s", type=float, default=900.0)
     parser.add_argument("--work", type=Path, default=None)
@@ -265,6 +307,8 @@ def main() -> None:
     results = []
     for name in args.cli or ["claude", "codex"]:
         cli = CLIS[name]
+        if name == "codex":
+            cli = with_codex_sandbox(cli, args.codex_sandbox)
         results.append(run_cli(cli, work / name, args))
     print(table(results))
     for r in results:

@@ -32,11 +32,12 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def local_engine(
-    model: str, log_dir: Path, tool_call_parser: str | None = None
+    model: str, log_dir: Path, tool_call_parser: str | None = None, device: str = "cpu"
 ) -> AsyncIterator[str]:
     """Run the engine for the block; yields its base URL (``.../v1`` for the upstream)."""
     port = free_port()
     argv = [sys.executable, "-m", "reef.cli", "engine", "--model", model, "--port", str(port)]
+    argv += ["--device", device]
     if tool_call_parser is not None:
         argv += ["--tool-call-parser", tool_call_parser]
     process, log = await asyncio.to_thread(_spawn, argv, log_dir / "engine.log")

@@ -239,6 +239,12 @@ class Settings(BaseModel):
     engine_scenario: str | None = Field(
         None, description="Scenario whose releases the local engine hot-loads (sidecar)."
     )
+    engine_device: str = Field(
+        "cpu",
+        pattern=r"^(cpu|cuda(:[0-9]+)?)$",
+        description="Device of the local engine started when no upstream is set "
+        "(reef engine --device: cpu, cuda or cuda:N).",
+    )
     engine_tool_call_parser: str | None = Field(
         None,
         description="Tool-call parser of the local engine (reef engine --tool-call-parser: "

@@ -130,6 +130,7 @@ async def serving_context(
                     settings.engine_model,
                     settings.state_dir / "logs",
                     settings.engine_tool_call_parser,
+                    settings.engine_device,
                 )
             )
             serving = settings.model_copy(

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from reef.engine.errors import WeightLoadError
+from reef.engine.errors import EngineError, WeightLoadError
 from reef.engine.model import EngineModel
 from reef.modelkit.folders import check_model_pair
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer
@@ -47,8 +47,13 @@ def _private(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def load_engine_model(spec: str, *, device: str, weight_version: str) -> EngineModel:
-    """Build or read the model and its tokenizer and place the model on ``device``."""
+    """Build or read the model and its tokenizer and place the model on ``device``; a
+    CUDA device this machine lacks is an :class:`EngineError`, before any loading."""
     target = torch.device(device)
+    if target.type == "cuda" and (target.index or 0) >= torch.cuda.device_count():
+        raise EngineError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
     if spec in BUILTIN_MODELS:
         model: torch.nn.Module = build_model(BUILTIN_MODELS[spec])
         tokenizer: Any = build_tokenizer()
