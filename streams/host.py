@@ -11,10 +11,11 @@ Protocol of a batch (per task, for the records one poll returned for its partiti
 
 1. Take the task's fetched records up to a horizon: an input partition that may still
    have unfetched records bounds the batch by its last fetched record, so the records are
-   processed in the order the embedded host and replay use, (timestamp, topic, offset),
-   whatever each topic's fetch size (an input holding too much waits, paused). Run each
-   record through the processors that read its topic, against a write buffer over the
-   committed store, in chunks of a few hundred records with a yield to the event loop
+   processed in the kernel's order (:mod:`reef.core.kernel`: timestamp, the topic's rank,
+   offset; the order of the embedded host and of replay), whatever each topic's fetch
+   size (an input holding too much waits, paused). Fold each processor's records
+   (:func:`reef.core.kernel.fold`), against a write buffer over the committed store, in
+   chunks of a few hundred records with a yield to the event loop
    between them (the keys a chunk's steps will read, when a processor names them, are
    first read from the store in one ``multi_get``). Nothing leaves the process yet.
 2. ``begin_transaction``; send the outputs (partition *n* of each output's topic: the
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import heapq
 import logging
 import os
 import signal
@@ -82,6 +82,7 @@ from reef.catalog import processors as configured_processors
 from reef.core.collector import collector_paused
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
+from reef.core.kernel import OrderKey, TopicOrder, fold, horizon, ready
 from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID, topic_for
 from reef.hosts import READY_LINE
@@ -218,8 +219,8 @@ class StreamsHost:
         for hosted in self.hosted:
             for topic in hosted.inputs:
                 self.readers[topic].append(hosted)
-        #: merge order of records with equal timestamps (as the embedded host orders them)
-        self._topic_rank = {topic: i for i, topic in enumerate(self.readers)}
+        #: the kernel's record order, for this deployment's prefixed topic names
+        self._topic_order = TopicOrder(settings.kafka_topic_prefix)
         #: output event type -> its (prefixed) topic
         self._output_topics: dict[str, str] = {}
         self.data_dir = data_dir
@@ -362,9 +363,9 @@ class StreamsHost:
                 held = task.held[tp]
                 consumer.seek(tp, held[-1].offset + 1 if held else task.committed[tp])
 
-    def _order(self, message: Any) -> tuple[int, int, int]:
-        """Where a record sorts among its partition number's inputs (the embedded order)."""
-        return (message.timestamp, self._topic_rank[message.topic], message.offset)
+    def _order(self, message: Any) -> OrderKey:
+        """Where a record sorts among its partition number's inputs (the kernel's order)."""
+        return self._topic_order.key(message.topic, message.timestamp, message.offset)
 
     async def _take_ready(self, task: Task) -> list[Any]:
         """The task's held records that can be processed now, in the embedded order.
@@ -375,24 +376,17 @@ class StreamsHost:
         fetched more slowly, as the embedded host and replay order them."""
         consumer = self._consumer
         assert consumer is not None
-        bounds = []
+        open_inputs: list[OrderKey | None] = []
         for tp in task.inputs:
             held = task.held[tp]
             if tp in self._paused or await self._may_have_more(tp):
-                bounds.append(self._order(held[-1]) if held else (-1, -1, -1))
-        horizon = min(bounds) if bounds else None
-        prefixes = []
-        for tp in task.inputs:
-            held = task.held[tp]
-            take = []
-            while held and (horizon is None or self._order(held[0]) <= horizon):
-                take.append(held.popleft())
-            if take:
-                prefixes.append(take)
-        ready = list(heapq.merge(*prefixes, key=self._order))
-        for message in reversed(ready[MAX_BATCH_RECORDS:]):  # the rest waits, in order
-            task.held[TopicPartition(message.topic, message.partition)].appendleft(message)
-        return ready[:MAX_BATCH_RECORDS]
+                open_inputs.append(self._order(held[-1]) if held else None)
+        limit = horizon(open_inputs)
+        batch = ready((task.held[tp] for tp in task.inputs), self._order, limit)
+        taken = batch[:MAX_BATCH_RECORDS]  # the rest waits, in order
+        for message in taken:
+            task.held[TopicPartition(message.topic, message.partition)].popleft()
+        return taken
 
     async def _may_have_more(self, tp: TopicPartition) -> bool:
         consumer = self._consumer
@@ -479,12 +473,12 @@ class StreamsHost:
         for hosted, hint in self.hinted:
             wanted = (event for topic, event in decoded if topic in hosted.inputs)
             task.stores[hosted.processor.name].prefetch(k for e in wanted for k in hint(e))
-        for topic, event in decoded:
-            for hosted in self.readers[topic]:
-                for output in hosted.processor.step(buffers[hosted.processor.name], event):
-                    value, headers = self.codec.encode(output)
-                    topic = self._output_topics.get(output.type_name()) or self._output(output)
-                    outputs.append((topic, output.scenario.encode(), value, headers))
+        for hosted in self.hosted:
+            events = [event for topic, event in decoded if topic in hosted.inputs]
+            for output in fold(hosted.processor, buffers[hosted.processor.name], events):
+                value, headers = self.codec.encode(output)
+                topic = self._output_topics.get(output.type_name()) or self._output(output)
+                outputs.append((topic, output.scenario.encode(), value, headers))
 
     def _output(self, event: Event) -> str:
         """The topic an output goes to: its event type's (a processor may write more than

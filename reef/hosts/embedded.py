@@ -4,10 +4,12 @@ Commit protocol (per batch of input records, written down once here):
 
 1. Read about ``batch_size`` records from the processor's input topics (an equal share
    of every input partition, from one snapshot of the log), starting at the positions
-   stored under the consumer group ``processor:<name>``; order them by
-   (partition, append time, topic, offset) so replay sees the same interleaving.
-2. Run the pure step over each record against a write buffer over the stored state
-   (:class:`reef.hosts.sqlite_state.SqliteState`: the ``processor_state`` rows,
+   stored under the consumer group ``processor:<name>``; per partition number, keep
+   the records up to the horizon and order them as the kernel does
+   (:mod:`reef.core.kernel`: append time, the topic's rank, offset), the order of the
+   Kafka host and of replay.
+2. Fold the records (:func:`reef.core.kernel.fold`) against a write buffer over the
+   stored state (:class:`reef.hosts.sqlite_state.SqliteState`: the ``processor_state`` rows,
    read on demand through a bounded cache, so memory does not grow with the state; a
    processor that names the keys its steps read has the batch's keys fetched first,
    a few queries instead of one per key), then encode the outputs and the changed
@@ -31,11 +33,13 @@ import contextlib
 import json
 import logging
 import sqlite3
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from reef.core.collector import collector_paused
 from reef.core.errors import ConfigError, LogUnavailableError
+from reef.core.kernel import OrderKey, fold, horizon, ready, record_key
 from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.hosts.sqlite_state import DEFAULT_CACHE_BYTES, SqliteState
 from reef.hosts.state_codec import dump_value
@@ -161,7 +165,6 @@ class EmbeddedRuntime:
     def _fold(self, records: list[LogRecord]) -> tuple[list[PendingAppend], Written, Positions]:
         """Step 2: the batch's outputs (encoded), changed state rows and next positions."""
         buffer = WriteBuffer(self.state)
-        outputs = []
         positions = {topic: dict(offsets) for topic, offsets in self.positions.items()}
         decoded = [self.store.decode(record) for record in records]
         if isinstance(self.processor, ReadHinting):
@@ -179,9 +182,8 @@ class EmbeddedRuntime:
                     record.offset,
                     stored.error,
                 )
-            else:
-                outputs.extend(self.processor.step(buffer, stored.event))
             positions[record.topic][record.partition] = record.offset + 1
+        outputs = fold(self.processor, buffer, (stored.event for stored in decoded))
         pending = [self.store.prepare(event) for event in outputs]
         written = [
             (key, value, None if value is None else dump_value(value).decode())
@@ -197,22 +199,23 @@ class EmbeddedRuntime:
         snapshot = await self.log.read_snapshot(
             self.processor.inputs, self.positions, self._per_partition
         )
-        order = {topic: i for i, topic in enumerate(self.processor.inputs)}
-        keyed = [
-            ((r.partition, r.timestamp_ms, order[r.topic], r.offset), r) for r in snapshot.records
-        ]
-        # Per partition, the last key safe to process: where a topic's partition was read
-        # only partly, its unread records may sort before records read from another topic.
-        last: dict[tuple[str, int], tuple[int, int, int, int]] = {}
-        for key, record in keyed:
-            last[(record.topic, record.partition)] = key
-        horizon: dict[int, tuple[int, int, int, int]] = {}
-        for (topic, partition), key in last.items():
-            if key[3] + 1 < snapshot.ends[topic][partition]:
-                horizon[partition] = min(horizon.get(partition, key), key)
-        keyed = [item for item in keyed if item[0] <= horizon.get(item[0][0], item[0])]
-        keyed.sort()  # keys are unique: records are never compared
-        return _contiguous([record for _, record in keyed], self.positions)
+        per_input: dict[tuple[str, int], list[LogRecord]] = defaultdict(list)
+        for record in snapshot.records:
+            per_input[record.topic, record.partition].append(record)
+        # per partition number, each input that may hold records not read yet, by its
+        # last read record's key (None: none read): they may sort before what was read
+        partly_read: dict[int, list[OrderKey | None]] = defaultdict(list)
+        for topic, ends in snapshot.ends.items():
+            for partition, end in ends.items():
+                read = per_input.get((topic, partition))
+                start = self.positions.get(topic, {}).get(partition, 0)
+                if (read[-1].offset + 1 if read else start) < end:
+                    partly_read[partition].append(record_key(read[-1]) if read else None)
+        batch: list[LogRecord] = []
+        for partition in sorted({p for _, p in per_input}):
+            inputs = [rs for (_, p), rs in per_input.items() if p == partition]
+            batch += ready(inputs, record_key, horizon(partly_read[partition]))
+        return _contiguous(batch, self.positions)
 
     def _persist(
         self,

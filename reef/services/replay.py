@@ -1,15 +1,17 @@
 """Replay: rebuild every processor's state and the API projection from the topics alone.
 
-Processors are re-run over their input topics in the order the embedded runtime uses
-(per partition: append time, then input-topic order, then offset) into fresh in-memory
-state; the API projection is re-folded from its topics. The digests printed can be
-compared with those of the live state (``live_digests``): equal digests mean the live
-state is exactly what the log implies, which is what makes the log the system of record.
+Processors are re-run over their input topics in the kernel's order (per partition
+number: append time, then the topic's rank, then offset: :mod:`reef.core.kernel`, the
+order both hosts fold in) into fresh in-memory state; the API projection is re-folded
+from its topics. The digests printed can be compared with those of the live state
+(``live_digests``): equal digests mean the live state is exactly what the log implies,
+which is what makes the log the system of record.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ from reef.codec import EventCodec
 from reef.core.collector import collector_paused
 from reef.core.events import Event
 from reef.core.ids import content_hash
+from reef.core.kernel import fold, ready, record_key
 from reef.core.state import DictState, Processor
 from reef.log.base import EventLog, LogRecord
 from reef.services.eventstore import EventStore
@@ -56,16 +59,18 @@ class _Topics:
         return cls(store, dict(zip(names, lists, strict=True)))
 
     def merged(self, topics: Sequence[str]) -> list[tuple[LogRecord, Event | None]]:
-        """The records of ``topics`` in the embedded runtime's order, each with its event
-        (None: undecodable, skipped by every reader as the live hosts skip it)."""
-        order = {topic: i for i, topic in enumerate(topics)}
-        keyed = [
-            ((r.partition, r.timestamp_ms, i, r.offset), r)
-            for topic, i in order.items()
-            for r in self._records[topic]
-        ]
-        keyed.sort()  # keys are unique: records are never compared
-        return [(r, self._event(r)) for _, r in keyed]
+        """The records of ``topics`` in the kernel's order (every record read: no
+        horizon), each with its event (None: undecodable, skipped by every reader as
+        the live hosts skip it)."""
+        per_input: dict[tuple[str, int], list[LogRecord]] = defaultdict(list)
+        for topic in dict.fromkeys(topics):
+            for record in self._records[topic]:
+                per_input[record.topic, record.partition].append(record)
+        merged: list[LogRecord] = []
+        for partition in sorted({p for _, p in per_input}):
+            inputs = [rs for (_, p), rs in per_input.items() if p == partition]
+            merged += ready(inputs, record_key, None)
+        return [(r, self._event(r)) for r in merged]
 
     def _event(self, record: LogRecord) -> Event | None:
         slot = (record.topic, record.partition, record.offset)
@@ -83,9 +88,7 @@ def _replay_processor(topics: _Topics, processor: Processor) -> tuple[DictState,
     state = DictState()
     with collector_paused():
         records = topics.merged(processor.inputs)
-        for _, event in records:
-            if event is not None:
-                processor.step(state, event)
+        fold(processor, state, (event for _, event in records))
     return state, len(records)
 
 
