@@ -79,7 +79,7 @@ from reef.services.eventstore import EventStore
 from trainers.batcher import Batcher
 from trainers.chainview import ChainDecision, ChainFollower
 from trainers.heap import release_freed_memory
-from trainers.progress import Progress
+from trainers.progress import Outcome, Progress, TrainingStep
 from trainers.publish import Publisher, publishes
 
 logger = logging.getLogger("reef.trainer")
@@ -401,12 +401,7 @@ class Trainer:
         candidate_id = derived_id(
             "candidate", self.config.group, batch.scenario, release_id, *batch.sample_ids
         )
-        step: dict[str, Any] = {
-            "scenario": batch.scenario,
-            "parent_release_id": release_id,
-            "samples": len(batch.samples),
-            "at": time.time(),
-        }
+        step = TrainingStep(batch.scenario, release_id, len(batch.samples), time.time())
         self.progress.steps.append(step)
         logger.info(
             "training %d samples of %s on release %s",
@@ -428,14 +423,14 @@ class Trainer:
         content_id: str,
         candidate_id: str,
         out_dir: Path,
-        step: dict[str, Any],
+        step: TrainingStep,
     ) -> ChainDecision | None:
         parent = Parent(release_id, content_id, await self._materialise(content_id))
         try:
             candidate = await asyncio.to_thread(self.recipe.produce, batch, parent, out_dir)
         except Exception as exc:  # a failed candidate drops its batch, not the trainer
             self.progress.candidates["failed"] += 1
-            step.update(outcome="training_failed", reason=f"{type(exc).__name__}: {exc}")
+            step.outcome, step.reason = "training_failed", f"{type(exc).__name__}: {exc}"
             logger.error(
                 "training on %s failed: %s",
                 batch.scenario,
@@ -443,7 +438,7 @@ class Trainer:
                 exc_info=not isinstance(exc, RecipeError),
             )
             return None
-        step["training"] = candidate.metrics
+        step.training = candidate.metrics
         gated = await self._gate(candidate_id, candidate.folder, parent, step)
         if gated is None:
             return None
@@ -481,7 +476,7 @@ class Trainer:
             )
             self.progress.publishes[outcome] += 1
         if rollout is not None and decision.committed:
-            step["rollout"] = rollout.mode  # the chain started it with the release
+            step.rollout = rollout.mode  # the chain started it with the release
         return decision
 
     def _keeps_rejected(self, evaluation: Evaluation) -> bool:
@@ -489,7 +484,7 @@ class Trainer:
         return isinstance(recipe, ReleaseObserver) and recipe.keep_rejected(evaluation)
 
     async def _gate(
-        self, candidate_id: str, folder: Path, parent: Parent, step: dict[str, Any]
+        self, candidate_id: str, folder: Path, parent: Parent, step: TrainingStep
     ) -> tuple[bool, dict[str, Any], Evaluation] | None:
         """Evaluate and decide: (selected, the verdict's JSON, the candidate's
         evaluation); None when an evaluation failed."""
@@ -500,7 +495,7 @@ class Trainer:
             self._rejected(step, "evaluation_failed", f"{type(exc).__name__}: {exc}")
             return None
         decision = self.recipe.select(evaluation, baseline)
-        step.update(candidate_score=evaluation.score, baseline_score=baseline.score)
+        step.candidate_score, step.baseline_score = evaluation.score, baseline.score
         verdict = {
             "candidate": evaluation.as_json(),
             "baseline": baseline.as_json(),
@@ -512,12 +507,12 @@ class Trainer:
         logger.info("candidate selected (%s): %s", decision.policy, decision.reason)
         return True, verdict, evaluation
 
-    def _rejected(self, step: dict[str, Any], outcome: str, reason: str) -> None:
+    def _rejected(self, step: TrainingStep, outcome: Outcome, reason: str) -> None:
         self.progress.candidates["rejected"] += 1
-        step.update(outcome=outcome, reason=reason)
+        step.outcome, step.reason = outcome, reason
         logger.warning(
             "candidate for %s rejected (%s): %s; the head keeps serving",
-            step["scenario"],
+            step.scenario,
             outcome,
             reason,
         )
@@ -584,28 +579,28 @@ class Trainer:
             await asyncio.sleep(POLL_SECONDS)
 
     def _record(
-        self, step: dict[str, Any], proposal_id: str, decision: ChainDecision, *, pending: bool
+        self, step: TrainingStep, proposal_id: str, decision: ChainDecision, *, pending: bool
     ) -> None:
-        step["proposal_id"] = proposal_id
+        step.proposal_id = proposal_id
         if decision.committed and pending:
             # the gate's rejection stands (counted there); the candidate is only recorded
             self.progress.proposals["pending"] += 1
-            step["pending_release_id"] = decision.release_id
+            step.pending_release_id = decision.release_id
             logger.info("rejected candidate kept as pending release %s", decision.release_id)
         elif decision.committed:
             self.progress.candidates["accepted"] += 1
             self.progress.proposals["committed"] += 1
-            step.update(outcome="committed", release_id=decision.release_id)
+            step.outcome, step.release_id = "committed", decision.release_id
             logger.info(
                 "release %s committed for %s (score %.4f, head was %.4f)",
                 decision.release_id,
-                step["scenario"],
-                step.get("candidate_score", float("nan")),
-                step.get("baseline_score", float("nan")),
+                step.scenario,
+                _or_nan(step.candidate_score),
+                _or_nan(step.baseline_score),
             )
         else:
             self.progress.proposals[f"rejected:{decision.reason}"] += 1
-            step.update(outcome="chain_rejected", reason=decision.reason)
+            step.outcome, step.reason = "chain_rejected", decision.reason
             logger.warning("the chain rejected proposal %s: %s", proposal_id, decision.reason)
 
     # -- step 7: offsets ------------------------------------------------------------------
@@ -651,6 +646,10 @@ def release_fact(event: ReleaseCommitted) -> ReleaseFact:
         metrics=_object(event.metrics_json),
         evaluation=_object(event.evaluation_json),
     )
+
+
+def _or_nan(score: float | None) -> float:
+    return float("nan") if score is None else score
 
 
 def _object(text: str) -> dict[str, Any]:

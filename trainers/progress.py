@@ -4,10 +4,44 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 HISTORY = 50
+#: how a training step ended: the candidate failed to train, an evaluation failed, the
+#: gate or the chain rejected it, or it was committed (a kept pending release has none)
+Outcome = Literal[
+    "training_failed", "evaluation_failed", "gate_rejected", "chain_rejected", "committed"
+]
+
+
+@dataclass(slots=True)
+class TrainingStep:
+    """One attempt at a candidate from a batch, filled in as the attempt goes (train,
+    gate, propose, the chain's decision); ``status()`` shows the set fields."""
+
+    scenario: str
+    #: the head release it trained from
+    parent_release_id: str
+    samples: int
+    #: when the attempt started (Unix seconds)
+    at: float
+    #: the recipe's training metrics
+    training: dict[str, float] | None = None
+    candidate_score: float | None = None
+    baseline_score: float | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None
+    proposal_id: str | None = None
+    #: a gate-rejected candidate the recipe keeps, recorded as a pending release
+    pending_release_id: str | None = None
+    #: the release the chain committed
+    release_id: str | None = None
+    #: the rollout the chain started with the release (the recipe's rollout mode)
+    rollout: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(slots=True)
@@ -24,7 +58,7 @@ class Progress:
     skipped: Counter[str] = field(default_factory=Counter)
     #: pushes of committed heads to engines (trainers.publish): ok / failed / skipped
     publishes: Counter[str] = field(default_factory=Counter)
-    steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    steps: deque[TrainingStep] = field(default_factory=lambda: deque(maxlen=HISTORY))
     rejections: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def skip(self, sample_id: str, scenario: str, reason: str, detail: str = "") -> None:
@@ -51,6 +85,6 @@ class Progress:
             "publishes": {k: self.publishes[k] for k in ("ok", "failed", "skipped")},
             "samples_skipped": dict(self.skipped),
             "samples_skipped_stale": self.skipped["stale"],
-            "steps": list(self.steps),
+            "steps": [step.as_json() for step in self.steps],
             "recent_rejections": list(self.rejections)[-10:],
         }

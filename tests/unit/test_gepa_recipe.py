@@ -140,8 +140,9 @@ async def test_a_better_child_is_published_and_a_worse_one_rejected(
         worse = [(f"Task: cobalt {USELESS}", "tlaboc"), ("Task: pine", "enip"), ("Task: x", "?")]
         await episodes(harness, "s", first.release_id, system, worse)
         await until(lambda: run.progress.candidates["failed"] == 1)
-    assert run.progress.steps[-1]["outcome"] == "training_failed"
-    assert "child rejected: minibatch 0.0000 <= parent 2.0000" in run.progress.steps[-1]["reason"]
+    last = run.progress.steps[-1]
+    assert last.outcome == "training_failed"
+    assert "child rejected: minibatch 0.0000 <= parent 2.0000" in (last.reason or "")
     assert [r.release_id for r in await releases(harness, "s")] == [first.release_id]
     reflections = [m for m in chat.requests if m[0]["content"].startswith("You are Reef's GEPA")]
     assert len(reflections) == 2 and "### Feedback" in reflections[0][1]["content"]
