@@ -68,7 +68,7 @@ import os
 import signal
 import sys
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +82,7 @@ from reef.catalog import processors as configured_processors
 from reef.core.collector import collector_paused
 from reef.core.errors import CodecError, CorruptRecordError
 from reef.core.events import Event
-from reef.core.kernel import OrderKey, TopicOrder, fold, horizon, ready
+from reef.core.kernel import OrderKey, TopicOrder, fold
 from reef.core.state import Processor, ReadHinting, WriteBuffer
 from reef.core.topics import STREAMS_APP_ID, topic_for
 from reef.hosts import READY_LINE
@@ -91,6 +91,7 @@ from reef.log.wire_format import open_codec
 from reef.settings import Settings
 from streams import watchdog
 from streams.changelog import changelog_topic
+from streams.partition_buffer import PartitionBuffer
 from streams.store import Change, PartitionStore
 
 logger = logging.getLogger(__name__)
@@ -174,10 +175,10 @@ class Task:
     producer: AIOKafkaProducer
     stores: dict[str, PartitionStore]
     inputs: frozenset[TopicPartition]
+    #: records fetched and not processed yet, per input partition, in offset order
+    buffer: PartitionBuffer[TopicPartition, Any]
     #: input offsets this task committed last (next to read)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
-    #: records fetched and not processed yet, per input partition, in offset order
-    held: dict[TopicPartition, deque[Any]] = field(default_factory=lambda: defaultdict(deque))
 
 
 @dataclass(slots=True)
@@ -334,7 +335,7 @@ class StreamsHost:
                 for tp, messages in polled.items():
                     task = self._tasks.get(tp.partition)
                     if task is not None and tp in task.inputs:
-                        task.held[tp].extend(messages)
+                        task.buffer.hold(tp, messages)
                 batches = {}
                 for task in self._tasks.values():
                     ready = await self._take_ready(task)
@@ -360,8 +361,7 @@ class StreamsHost:
         for tp in polled:
             task = self._tasks.get(tp.partition)
             if task is not None and tp in task.inputs:
-                held = task.held[tp]
-                consumer.seek(tp, held[-1].offset + 1 if held else task.committed[tp])
+                consumer.seek(tp, task.buffer.resume_offset(tp, task.committed[tp]))
 
     def _order(self, message: Any) -> OrderKey:
         """Where a record sorts among its partition number's inputs (the kernel's order)."""
@@ -376,17 +376,10 @@ class StreamsHost:
         fetched more slowly, as the embedded host and replay order them."""
         consumer = self._consumer
         assert consumer is not None
-        open_inputs: list[OrderKey | None] = []
-        for tp in task.inputs:
-            held = task.held[tp]
-            if tp in self._paused or await self._may_have_more(tp):
-                open_inputs.append(self._order(held[-1]) if held else None)
-        limit = horizon(open_inputs)
-        batch = ready((task.held[tp] for tp in task.inputs), self._order, limit)
-        taken = batch[:MAX_BATCH_RECORDS]  # the rest waits, in order
-        for message in taken:
-            task.held[TopicPartition(message.topic, message.partition)].popleft()
-        return taken
+        open_inputs = {
+            tp for tp in task.inputs if tp in self._paused or await self._may_have_more(tp)
+        }
+        return task.buffer.take(open_inputs, MAX_BATCH_RECORDS)  # the rest waits, in order
 
     async def _may_have_more(self, tp: TopicPartition) -> bool:
         consumer = self._consumer
@@ -398,12 +391,7 @@ class StreamsHost:
         """Pause the inputs that hold too much while another input catches up."""
         consumer = self._consumer
         assert consumer is not None
-        full = {
-            tp
-            for task in self._tasks.values()
-            for tp, held in task.held.items()
-            if len(held) >= MAX_HELD_RECORDS
-        }
+        full = {tp for task in self._tasks.values() for tp in task.buffer.full(MAX_HELD_RECORDS)}
         if full - self._paused:
             consumer.pause(*(full - self._paused))
         if self._paused - full:
@@ -422,7 +410,7 @@ class StreamsHost:
         done = {TopicPartition(m.topic, m.partition): m.offset + 1 for m in ready}
         past = {}
         for tp in task.inputs:
-            if task.held[tp] or tp in self._paused:
+            if task.buffer.holds(tp) or tp in self._paused:
                 continue
             position = await consumer.position(tp)
             if position > done.get(tp, task.committed.get(tp, 0)):
@@ -599,7 +587,8 @@ class StreamsHost:
             h.processor.name: PartitionStore(self.data_dir / f"{h.processor.name}-{n}")
             for h in self.hosted
         }
-        return Task(n, producer, stores, frozenset(inputs))
+        buffer = PartitionBuffer(inputs, _input_of, self._order)
+        return Task(n, producer, stores, frozenset(inputs), buffer)
 
     async def _restore(self, tasks: Sequence[Task]) -> int:
         """Copy each task's changelog partitions, committed records only, into its stores,
@@ -698,6 +687,10 @@ async def _send_batches(
         count = batch.record_count()
         delivered.append((count, await producer.send_batch(batch, topic, partition=partition)))
     return delivered
+
+
+def _input_of(message: Any) -> TopicPartition:
+    return TopicPartition(message.topic, message.partition)
 
 
 def leave_group_on_stop(consumer: AIOKafkaConsumer) -> None:

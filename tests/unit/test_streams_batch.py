@@ -18,6 +18,7 @@ from reef.core.join import JoinProcessor
 from reef.settings import Settings
 from reef.testing.events import inference, receipt, report
 from streams.host import YIELD_EVERY, StreamsHost, Task
+from streams.partition_buffer import PartitionBuffer
 from streams.store import PartitionStore
 
 SCENARIO = "batch-s"
@@ -64,7 +65,8 @@ def host(tmp_path: Path) -> StreamsHost:
 @pytest.fixture
 def task(host: StreamsHost) -> Iterator[Task]:
     store = PartitionStore(host.data_dir / "join-0")
-    yield Task(0, None, {"join": store}, frozenset())  # no producer: no broker here
+    buffer = PartitionBuffer([], lambda m: m.topic, host._order)
+    yield Task(0, None, {"join": store}, frozenset(), buffer)  # no producer: no broker here
     store.close()
 
 

@@ -1,0 +1,79 @@
+"""The records a Kafka task fetched and has not folded yet.
+
+Per input partition, in offset order. :meth:`PartitionBuffer.take` hands out what the
+kernel's horizon lets through (:mod:`reef.core.kernel`): an input that may still have
+unfetched records (the caller knows which: the consumer's positions) bounds the batch by
+its last held record. :meth:`PartitionBuffer.full` names the inputs holding too much, which
+the host pauses while the others catch up. No broker is needed to use or test it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from typing import Generic, Protocol, TypeVar
+
+from reef.core.kernel import OrderKey, horizon, ready
+
+
+class Fetched(Protocol):
+    """A fetched record, as the consumer returns it."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+K = TypeVar("K", bound=Hashable)
+F = TypeVar("F", bound=Fetched)
+
+
+class PartitionBuffer(Generic[K, F]):
+    """One task's fetched records, per input (keyed as the consumer names partitions)."""
+
+    __slots__ = ("_held", "_input_of", "_order")
+
+    def __init__(
+        self, inputs: Iterable[K], input_of: Callable[[F], K], order: Callable[[F], OrderKey]
+    ) -> None:
+        self._held: dict[K, deque[F]] = {tp: deque() for tp in inputs}
+        self._input_of = input_of
+        self._order = order
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._held)
+
+    def hold(self, tp: K, records: Iterable[F]) -> None:
+        """Keep records fetched from ``tp`` (an input of this task), in offset order."""
+        self._held[tp].extend(records)
+
+    def holds(self, tp: K) -> bool:
+        return bool(self._held[tp])
+
+    def resume_offset(self, tp: K, committed: int) -> int:
+        """Where to fetch ``tp`` from again: after its last held record, else ``committed``."""
+        held = self._held[tp]
+        return held[-1].offset + 1 if held else committed
+
+    def take(self, open_inputs: Collection[K], most: int) -> list[F]:
+        """Up to ``most`` records that may be folded now, in the kernel's order; they
+        leave the buffer. ``open_inputs``: the inputs that may still have unfetched
+        records (one with nothing held holds everything back)."""
+        bounds = [
+            self._order(held[-1]) if held else None
+            for tp, held in self._held.items()
+            if tp in open_inputs
+        ]
+        taken = ready(self._held.values(), self._order, horizon(bounds))[:most]
+        for record in taken:  # each input's taken records are a prefix of what it holds
+            self._held[self._input_of(record)].popleft()
+        return taken
+
+    def full(self, most: int) -> set[K]:
+        """The inputs holding ``most`` records or more."""
+        return {tp for tp, held in self._held.items() if len(held) >= most}
