@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from itertools import takewhile
 from typing import Generic, Protocol, TypeVar
 
 from reef.core.kernel import OrderKey, horizon, ready
@@ -69,10 +70,17 @@ class PartitionBuffer(Generic[K, F]):
             for tp, held in self._held.items()
             if tp in open_inputs
         ]
-        taken = ready(self._held.values(), self._order, horizon(bounds))[:most]
-        for record in taken:  # each input's taken records are a prefix of what it holds
-            self._held[self._input_of(record)].popleft()
-        return taken
+        limit = horizon(bounds)
+        prefixes = []
+        for held in self._held.values():
+            count = len(held)
+            if limit is not None:
+                count = sum(1 for _ in takewhile(lambda r: self._order(r) <= limit, held))
+            prefixes.append([held.popleft() for _ in range(count)])
+        merged = ready(prefixes, self._order, None)
+        for record in reversed(merged[most:]):  # the rest waits, in order
+            self._held[self._input_of(record)].appendleft(record)
+        return merged[:most]
 
     def full(self, most: int) -> set[K]:
         """The inputs holding ``most`` records or more."""
