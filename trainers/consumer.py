@@ -77,6 +77,7 @@ from reef.log.base import LogRecord
 from reef.observability.tracing import Tracing, TrainingSpan
 from reef.services.eventstore import EventStore
 from trainers.batcher import Batcher
+from trainers.candidates import CandidatePipeline, EvaluationFailedError
 from trainers.chainview import ChainDecision, ChainFollower
 from trainers.heap import release_freed_memory
 from trainers.progress import Outcome, Progress, TrainingStep
@@ -89,8 +90,6 @@ POLL_SECONDS = 0.2
 #: is skipped as ``unknown_release``: a scenario's creation release is committed by the
 #: chain processor after the API already serves it, so the join can get there first
 RELEASE_WAIT_S = 60.0
-#: evaluations remembered (by candidate id / release content id)
-EVALUATIONS_KEPT = 256
 
 
 class TrainerError(ReefError):
@@ -144,7 +143,8 @@ class Trainer:
         #: samples held until the chain commits the release that served them: id → (first
         #: seen, monotonic; the sample); their offsets stay in ``_pending``
         self._unresolved: dict[str, tuple[float, Sample]] = {}
-        self._evaluations: dict[str, Evaluation] = {}
+        #: train, evaluate (each once), gate (:mod:`trainers.candidates`)
+        self.candidates = CandidatePipeline(recipe)
         self._queue: asyncio.Queue[LogRecord] = asyncio.Queue(maxsize=1000)
         self._observed = 0  # committed releases fed to an observing recipe
         if isinstance(recipe, ReleaseObserver):
@@ -427,7 +427,7 @@ class Trainer:
     ) -> ChainDecision | None:
         parent = Parent(release_id, content_id, await self._materialise(content_id))
         try:
-            candidate = await asyncio.to_thread(self.recipe.produce, batch, parent, out_dir)
+            candidate = await self.candidates.train(batch, parent, out_dir)
         except Exception as exc:  # a failed candidate drops its batch, not the trainer
             self.progress.candidates["failed"] += 1
             step.outcome, step.reason = "training_failed", f"{type(exc).__name__}: {exc}"
@@ -489,23 +489,16 @@ class Trainer:
         """Evaluate and decide: (selected, the verdict's JSON, the candidate's
         evaluation); None when an evaluation failed."""
         try:
-            evaluation = await self._evaluate(candidate_id, folder)
-            baseline = await self._evaluate(f"release:{parent.content_id}", parent.folder)
-        except Exception as exc:  # any evaluator failure rejects the candidate (fail closed)
-            self._rejected(step, "evaluation_failed", f"{type(exc).__name__}: {exc}")
+            gated = await self.candidates.gate(candidate_id, folder, parent)
+        except EvaluationFailedError as exc:  # the gate fails closed
+            self._rejected(step, "evaluation_failed", str(exc))
             return None
-        decision = self.recipe.select(evaluation, baseline)
-        step.candidate_score, step.baseline_score = evaluation.score, baseline.score
-        verdict = {
-            "candidate": evaluation.as_json(),
-            "baseline": baseline.as_json(),
-            "decision": decision.as_json(),
-        }
-        if not decision.selected:
-            self._rejected(step, "gate_rejected", decision.reason)
-            return False, verdict, evaluation
-        logger.info("candidate selected (%s): %s", decision.policy, decision.reason)
-        return True, verdict, evaluation
+        step.candidate_score, step.baseline_score = gated.candidate.score, gated.baseline.score
+        if not gated.selected:
+            self._rejected(step, "gate_rejected", gated.decision.reason)
+            return False, gated.verdict(), gated.candidate
+        logger.info("candidate selected (%s): %s", gated.decision.policy, gated.decision.reason)
+        return True, gated.verdict(), gated.candidate
 
     def _rejected(self, step: TrainingStep, outcome: Outcome, reason: str) -> None:
         self.progress.candidates["rejected"] += 1
@@ -516,14 +509,6 @@ class Trainer:
             outcome,
             reason,
         )
-
-    async def _evaluate(self, key: str, folder: Path | None) -> Evaluation:
-        """At most one evaluation per candidate / release (repeats return the first)."""
-        if key not in self._evaluations:
-            if len(self._evaluations) >= EVALUATIONS_KEPT:
-                del self._evaluations[next(iter(self._evaluations))]  # the oldest
-            self._evaluations[key] = await asyncio.to_thread(self.recipe.evaluate, folder)
-        return self._evaluations[key]
 
     async def _materialise(self, content_id: str) -> Path | None:
         if content_id == EMPTY_CONTENT_ID:
