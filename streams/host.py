@@ -92,7 +92,9 @@ from reef.settings import Settings
 from streams import watchdog
 from streams.changelog import changelog_topic
 from streams.partition_buffer import PartitionBuffer
+from streams.restorer import restore_stores
 from streams.store import Change, PartitionStore
+from streams.transaction import CommitStalledError, Row, commit_batch
 
 logger = logging.getLogger(__name__)
 
@@ -491,36 +493,28 @@ class StreamsHost:
             return None
 
     async def _commit(self, task: Task, pending: Pending) -> dict[str, int]:
-        """Protocol step 2: outputs, changelog records and offsets in one transaction.
-
-        Returns, per changelog topic written, the offset after the last record written."""
-        producer = task.producer
-        timeout = self.settings.streams_stall_timeout_s or None
-        await producer.begin_transaction()
-        records: dict[str, list[tuple[bytes, bytes | None, Sequence[tuple[str, bytes]]]]]
-        records = defaultdict(list)
+        """Protocol step 2 (:func:`streams.transaction.commit_batch`): outputs, changelog
+        records and offsets in one transaction; per changelog topic written, the offset
+        after the last record written."""
+        rows: dict[str, list[Row]] = defaultdict(list)
         for topic, key, value, headers in pending.outputs:
-            records[topic].append((key, value, headers))
+            rows[topic].append((key, value, headers))
         for h in self.hosted:
-            records[h.changelog] += [
+            rows[h.changelog] += [
                 (c.raw_key, c.raw_value, ()) for c in pending.changes[h.processor.name]
             ]
-        delivered: list[tuple[str, int, asyncio.Future[Any]]] = []
-        for topic, rows in records.items():
-            sent = await _send_batches(producer, topic, task.partition, rows)
-            delivered += [(topic, count, future) for count, future in sent]
-        landed = await asyncio.gather(*(future for _, _, future in delivered))
-        await producer.send_offsets_to_transaction(pending.offsets, self.group)
         try:
-            await asyncio.wait_for(producer.commit_transaction(), timeout)
-        except TimeoutError:
-            self._fatal(f"transaction commit did not complete in {timeout:.0f} s", None)
-        changelogs = {h.changelog for h in self.hosted}
-        ends: dict[str, int] = {}
-        for (topic, count, _), metadata in zip(delivered, landed, strict=True):
-            if topic in changelogs:  # a batch's metadata names its first record's offset
-                ends[topic] = max(ends.get(topic, 0), metadata.offset + count)
-        return ends
+            return await commit_batch(
+                task.producer,
+                task.partition,
+                rows,
+                pending.offsets,
+                self.group,
+                timeout_s=self.settings.streams_stall_timeout_s or None,
+                changelogs={h.changelog for h in self.hosted},
+            )
+        except CommitStalledError as exc:
+            self._fatal(str(exc), None)
 
     # -- rebalances -----------------------------------------------------------------
 
@@ -591,8 +585,8 @@ class StreamsHost:
         return Task(n, producer, stores, frozenset(inputs), buffer)
 
     async def _restore(self, tasks: Sequence[Task]) -> int:
-        """Copy each task's changelog partitions, committed records only, into its stores,
-        from each store's position to the end; how many records were copied."""
+        """Bring each task's stores up to their changelogs (:mod:`streams.restorer`); how
+        many records were copied."""
         restorer = self._restorer
         assert restorer is not None
         targets = {
@@ -600,24 +594,7 @@ class StreamsHost:
             for task in tasks
             for h in self.hosted
         }
-        if not targets:
-            return 0
-        ends = await restorer.end_offsets(list(targets))
-        todo = [tp for tp, store in targets.items() if ends[tp] > store.position]
-        restorer.assign(todo)
-        for tp in todo:
-            restorer.seek(tp, targets[tp].position)
-        count = 0
-        while todo:
-            polled = await restorer.getmany(*todo, timeout_ms=500, max_records=20000)
-            for tp, messages in polled.items():
-                targets[tp].restore((m.key, m.value) for m in messages if m.offset < ends[tp])
-                count += len(messages)
-            todo = [tp for tp in todo if await restorer.position(tp) < ends[tp]]
-        restorer.assign([])
-        for tp, store in targets.items():
-            store.caught_up(ends[tp])
-        return count
+        return await restore_stores(restorer, targets)
 
     async def _seek_committed(self, tasks: Sequence[Task]) -> None:
         consumer = self._consumer
@@ -664,29 +641,6 @@ class StreamsHost:
         for n in sorted(set(self._kept) - assigned):
             for store in self._kept.pop(n).values():
                 store.close()
-
-
-async def _send_batches(
-    producer: AIOKafkaProducer,
-    topic: str,
-    partition: int,
-    rows: Sequence[tuple[bytes, bytes | None, Sequence[tuple[str, bytes]]]],
-) -> list[tuple[int, asyncio.Future[Any]]]:
-    """Send ``rows`` (key, value, headers) to one partition in as few record batches as
-    fit: (records in the batch, a future resolving to its metadata once the broker has it)."""
-    delivered: list[tuple[int, asyncio.Future[Any]]] = []
-    batch = producer.create_batch()
-    for key, value, headers in rows:
-        if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
-            count = batch.record_count()
-            delivered.append((count, await producer.send_batch(batch, topic, partition=partition)))
-            batch = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None, headers=list(headers)) is None:
-                raise ValueError(f"a record for {topic} exceeds the producer's batch size")
-    if batch.record_count():
-        count = batch.record_count()
-        delivered.append((count, await producer.send_batch(batch, topic, partition=partition)))
-    return delivered
 
 
 def _input_of(message: Any) -> TopicPartition:

@@ -17,6 +17,7 @@
     ├── SealError                   a sealed body cannot be opened (reef.crypto.seal)
     ├── LoadRefusedError            a sidecar refuses a release it must not load (reef.sidecar)
     ├── TrainerError                a trainer cannot go on (trainers.consumer)
+    ├── CommitStalledError          a Kafka task's transaction commit stalled (streams)
     ├── EvaluationFailedError       a candidate's or its head's evaluation failed (trainers)
     ├── JudgeError                  a judge request failed (reef.services.judge_client)
     ├── UpstreamBrokeError          the upstream's reply broke off while relayed (reef.api.upstream)
