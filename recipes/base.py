@@ -215,6 +215,27 @@ class Parent:
     folder: Path | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeploymentFacts:
+    """What a recipe is told of the deployment it trains for, once at start
+    (``bind_deployment``): the upstream Reef relays to, which a recipe that calls a model
+    falls back on, and what the deployment records. Built from the deployment's settings
+    by the registry; a recipe never sees the settings themselves."""
+
+    upstream_url: str | None = None
+    upstream_dialect: str = "openai"
+    upstream_api_key: str | None = field(default=None, repr=False)
+    upstream_model: str | None = None
+    #: agent turns are bound into sessions (REEF_TRACK_SESSIONS)
+    track_sessions: bool = False
+    #: completed turns are judged into reports (REEF_JUDGE_TURNS)
+    judge_turns: bool = False
+    #: engines are asked for token ids and logprobs (REEF_RECORD_TOKENS, or top logprobs)
+    record_tokens: bool = False
+    #: top-K logprobs recorded per generated token (REEF_RECORD_TOP_LOGPROBS; 0: none)
+    record_top_logprobs: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A produced candidate: its folder and the backend's training metrics."""

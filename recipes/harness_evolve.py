@@ -39,6 +39,7 @@ from pydantic import Field, field_validator
 from recipes.base import (
     Batch,
     Candidate,
+    DeploymentFacts,
     Evaluation,
     GateConfig,
     Parent,
@@ -58,7 +59,6 @@ from recipes.harness_edits import (
 )
 from recipes.samples import Sample
 from recipes.tasks import Grader, Task, TaskSet
-from reef.settings import Settings
 
 logger = logging.getLogger("reef.recipes.harness_evolve")
 
@@ -136,31 +136,31 @@ class HarnessEvolveConfig(RecipeConfig):
         return value
 
 
-def resolve_endpoint(config: UpstreamConfig, settings: Settings | None) -> ChatEndpoint:
+def resolve_endpoint(config: UpstreamConfig, deployment: DeploymentFacts | None) -> ChatEndpoint:
     """The endpoint from the recipe config, falling back on the deployment's upstream."""
     base_url = config.base_url
     api_key: str | None = None
     if base_url is None:
-        if settings is None or settings.upstream_url is None:
+        if deployment is None or deployment.upstream_url is None:
             raise RecipeConfigError(
                 "recipe.upstream.base_url: the deployment has no upstream_url "
                 "(it serves the local engine); set recipe.upstream.base_url"
             )
-        if settings.upstream_dialect != "openai":
+        if deployment.upstream_dialect != "openai":
             raise RecipeConfigError(
                 "recipe.upstream.base_url: the deployment's upstream speaks "
-                f"{settings.upstream_dialect!r}; set an OpenAI-compatible recipe.upstream.base_url"
+                f"{deployment.upstream_dialect!r}; "
+                "set an OpenAI-compatible recipe.upstream.base_url"
             )
-        base_url = settings.upstream_url
-        key = settings.upstream_api_key
-        api_key = key.get_secret_value() if key is not None else None
+        base_url = deployment.upstream_url
+        api_key = deployment.upstream_api_key
     if config.api_key_env is not None:
         api_key = os.environ.get(config.api_key_env)
         if not api_key:
             raise RecipeConfigError(
                 f"recipe.upstream.api_key_env: ${config.api_key_env} is not set"
             )
-    model = config.model or (settings.upstream_model if settings is not None else None)
+    model = config.model or (deployment.upstream_model if deployment is not None else None)
     if not model:
         raise RecipeConfigError(
             "recipe.upstream.model: no model (set it, or the deployment's upstream_model)"
@@ -188,9 +188,9 @@ class HarnessEvolveRecipe(Recipe[HarnessEvolveConfig]):
         if config.upstream.base_url and config.upstream.model:
             self.endpoint = resolve_endpoint(config.upstream, None)
 
-    def bind_deployment(self, settings: Settings) -> None:
+    def bind_deployment(self, deployment: DeploymentFacts) -> None:
         """Use the deployment's upstream where the config names none (called at start)."""
-        self.endpoint = resolve_endpoint(self.config.upstream, settings)
+        self.endpoint = resolve_endpoint(self.config.upstream, deployment)
 
     def bind_chat(self, client: ChatClient) -> None:
         """Set the chat transport (the registry does this when it builds the recipe)."""

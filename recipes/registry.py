@@ -6,9 +6,11 @@ The setting names a built-in recipe (``core``, ``sft``, ``grpo``, ``sao``,
 Its configuration is the ``recipe:`` section of a YAML file (``recipe_config`` setting,
 or the ``-c`` file of the command); relative paths in it are read relative to that file.
 Everything is validated here, once, at start: an unknown key or a wrong type raises
-:class:`~recipes.errors.RecipeConfigError` naming the key. A recipe that uses the
-deployment's own settings (``harness_evolve`` calls its upstream) has
-``bind_deployment(settings)``, called here at start too.
+:class:`~recipes.errors.RecipeConfigError` naming the key. A recipe that depends on the
+deployment (``harness_evolve`` calls its upstream; ``sao`` and ``openclaw_rl`` say what
+it does not record) has ``bind_deployment(facts)``, called here at start too with a
+:class:`~recipes.base.DeploymentFacts`: the few facts a recipe may know, never the
+deployment's settings.
 
 The registry is where a recipe meets its effects: a recipe that trains through the
 :class:`~recipes.training.TrainingBackend` port (``sft``, ``grpo``, ``sao``,
@@ -30,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
-from recipes.base import Recipe
+from recipes.base import DeploymentFacts, Recipe
 from recipes.chat import ChatBound, ChatClient
 from recipes.errors import RecipeConfigError
 from recipes.training import BackendBound, TrainingBackend
@@ -54,9 +56,24 @@ NOT_YET: frozenset[str] = frozenset()
 
 @runtime_checkable
 class DeploymentBound(Protocol):
-    """A recipe that reads the deployment's settings (e.g. its upstream) at start."""
+    """A recipe told the deployment's facts (e.g. its upstream) at start."""
 
-    def bind_deployment(self, settings: Settings) -> None: ...
+    def bind_deployment(self, deployment: DeploymentFacts) -> None: ...
+
+
+def deployment_facts(settings: Settings) -> DeploymentFacts:
+    """What a recipe is told of the deployment ``settings`` describe."""
+    key = settings.upstream_api_key
+    return DeploymentFacts(
+        upstream_url=settings.upstream_url,
+        upstream_dialect=settings.upstream_dialect,
+        upstream_api_key=key.get_secret_value() if key is not None else None,
+        upstream_model=settings.upstream_model,
+        track_sessions=settings.track_sessions,
+        judge_turns=settings.judge_turns,
+        record_tokens=settings.record_tokens or settings.record_top_logprobs > 0,
+        record_top_logprobs=settings.record_top_logprobs,
+    )
 
 
 def recipe_class(name: str) -> type[Recipe[Any]]:
@@ -130,7 +147,7 @@ def recipe_from_settings(
         chat=chat,
     )
     if isinstance(recipe, DeploymentBound):
-        recipe.bind_deployment(settings)
+        recipe.bind_deployment(deployment_facts(settings))
     return recipe
 
 

@@ -38,7 +38,16 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from recipes.base import Batch, Candidate, Decision, Evaluation, Parent, Recipe, RecipeConfig
+from recipes.base import (
+    Batch,
+    Candidate,
+    Decision,
+    DeploymentFacts,
+    Evaluation,
+    Parent,
+    Recipe,
+    RecipeConfig,
+)
 from recipes.chat import ChatClient
 from recipes.composite.rule import (
     POLICY,
@@ -65,7 +74,6 @@ from reef.artifacts.parts import (
     part_folder,
     write_marker,
 )
-from reef.settings import Settings
 
 logger = logging.getLogger("reef.recipes.composite")
 
@@ -140,9 +148,9 @@ class CompositeRecipe(Recipe[CompositeConfig]):
         """The harness part's chat transport (the registry binds it)."""
         self.harness.bind_chat(client)
 
-    def bind_deployment(self, settings: Settings) -> None:
+    def bind_deployment(self, deployment: DeploymentFacts) -> None:
         """The harness part's upstream, from the deployment where its section names none."""
-        self.harness.bind_deployment(settings)
+        self.harness.bind_deployment(deployment)
 
     # -- eligibility -----------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from recipes.base import (
     Batch,
     Candidate,
     Decision,
+    DeploymentFacts,
     Evaluation,
     GateConfig,
     Parent,
@@ -61,7 +62,6 @@ from recipes.samples import Sample
 from recipes.strict import StrictModel
 from recipes.tasks import Grader, Task, TaskSet
 from reef.core.ids import derived_id
-from reef.settings import Settings
 
 logger = logging.getLogger("reef.recipes.gepa")
 
@@ -132,12 +132,12 @@ class GEPARecipe(Recipe[GepaConfig]):
 
     # -- wiring ------------------------------------------------------------------------
 
-    def bind_deployment(self, settings: Settings) -> None:
+    def bind_deployment(self, deployment: DeploymentFacts) -> None:
         """Fall back on the deployment's upstream where the config names none."""
-        self.task_model = resolve_endpoint(self.config.upstream, settings)
+        self.task_model = resolve_endpoint(self.config.upstream, deployment)
         reflection = self.config.reflection
         same = reflection.base_url is None and reflection.model is None
-        self.reflector = self.task_model if same else resolve_endpoint(reflection, settings)
+        self.reflector = self.task_model if same else resolve_endpoint(reflection, deployment)
 
     def bind_chat(self, client: ChatClient) -> None:
         self.client = client

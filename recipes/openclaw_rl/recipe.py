@@ -48,7 +48,7 @@ from recipes.tasks import TaskSet
 from recipes.training import TrainingBackend, UsesBackend
 
 if TYPE_CHECKING:
-    from reef.settings import Settings
+    from recipes.base import DeploymentFacts
 
 __all__ = ["OpenClawRLConfig", "OpenClawRLRecipe", "OpenClawTraining"]
 
@@ -90,19 +90,19 @@ class OpenClawRLRecipe(UsesBackend, Recipe[OpenClawRLConfig]):
         super().bind_backend(backend)
         self._openclaw = backend
 
-    def bind_deployment(self, settings: Settings) -> None:
+    def bind_deployment(self, deployment: DeploymentFacts) -> None:
         """Say at start what the deployment lacks for this recipe to train."""
-        if not (settings.track_sessions and settings.judge_turns):
+        if not (deployment.track_sessions and deployment.judge_turns):
             logger.warning(
                 "openclaw_rl trains on judged turns only; set REEF_TRACK_SESSIONS=true and "
                 "REEF_JUDGE_TURNS=true, or every sample is skipped as not_judged"
             )
-        if not (settings.record_tokens or settings.record_top_logprobs):
+        if not deployment.record_tokens:
             logger.warning(
                 "openclaw_rl needs engine-recorded token ids and logprobs "
                 "(REEF_RECORD_TOKENS=true): other turns are skipped as no_engine_logprobs"
             )
-        if self.config.training.distill_coef > 0 and not settings.record_top_logprobs:
+        if self.config.training.distill_coef > 0 and not deployment.record_top_logprobs:
             logger.warning(
                 "openclaw_rl distils hinted turns over the recorded top-K tokens; "
                 "REEF_RECORD_TOP_LOGPROBS is 0, so hinted turns are skipped as "

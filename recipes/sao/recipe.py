@@ -52,7 +52,7 @@ from recipes.tasks import TaskSet
 from recipes.training import TrainingBackend, UsesBackend
 
 if TYPE_CHECKING:
-    from reef.settings import Settings
+    from recipes.base import DeploymentFacts
 
 __all__ = ["SAOConfig", "SAORecipe", "SaoTraining"]
 
@@ -85,9 +85,9 @@ class SAORecipe(UsesBackend, Recipe[SAOConfig]):
         super().bind_backend(backend)
         self._sao = backend
 
-    def bind_deployment(self, settings: Settings) -> None:
+    def bind_deployment(self, deployment: DeploymentFacts) -> None:
         """Say at start when the deployment does not ask engines for token data."""
-        if not settings.record_tokens:
+        if not deployment.record_tokens:
             logger.warning(
                 "sao trains only on exchanges whose engine recorded token ids and logprobs; "
                 'record_tokens is off (set REEF_RECORD_TOKENS=true or send "logprobs": true), '

@@ -35,7 +35,7 @@ from recipes.harness_evolve import (
     proposer_messages,
     resolve_endpoint,
 )
-from recipes.registry import build_recipe, recipe_from_settings
+from recipes.registry import build_recipe, deployment_facts, recipe_from_settings
 from recipes.samples import Sample, Turn
 from reef.settings import Settings
 from reef.testing.harness_upstream import RULE
@@ -216,7 +216,7 @@ def test_the_endpoint_defaults_to_the_deployments_upstream(tmp_path: Path) -> No
         recipe_from_settings(no_model)
     recipe = build_recipe("harness_evolve", {**BASE, "upstream": {"api_key_env": "NOPE_X"}})
     with pytest.raises(RecipeConfigError, match=r"\$NOPE_X is not set"):
-        resolve_endpoint(recipe.config.upstream, settings)
+        resolve_endpoint(recipe.config.upstream, deployment_facts(settings))
 
 
 def test_the_recipe_imports_no_training_library() -> None:

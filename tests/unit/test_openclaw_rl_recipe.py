@@ -16,7 +16,7 @@ from recipes.errors import RecipeConfigError, RolloutError
 from recipes.openclaw_rl.recipe import OpenClawRLRecipe
 from recipes.openclaw_rl.training import JudgedTurn, OpenClawTraining
 from recipes.openclaw_rl.turns import judged_turn
-from recipes.registry import build_recipe, recipe_class
+from recipes.registry import build_recipe, deployment_facts, recipe_class
 from recipes.samples import Sample, Turn
 from reef.settings import Settings
 from trainers.backends.inprocess import InProcessBackend
@@ -109,14 +109,14 @@ def test_start_up_says_what_the_deployment_lacks(caplog: pytest.LogCaptureFixtur
     recipe = build_recipe("openclaw_rl", {})
     assert isinstance(recipe, OpenClawRLRecipe)
     with caplog.at_level(logging.WARNING, logger="reef.recipes.openclaw_rl"):
-        recipe.bind_deployment(Settings())
+        recipe.bind_deployment(deployment_facts(Settings()))
     text = caplog.text
     assert "REEF_TRACK_SESSIONS" in text and "REEF_RECORD_TOKENS" in text
     assert "REEF_RECORD_TOP_LOGPROBS" in text
     caplog.clear()
     ready = Settings(track_sessions=True, judge_turns=True, record_top_logprobs=4)
     with caplog.at_level(logging.WARNING, logger="reef.recipes.openclaw_rl"):
-        recipe.bind_deployment(ready)
+        recipe.bind_deployment(deployment_facts(ready))
     assert caplog.text == ""
 
 
