@@ -5,9 +5,9 @@ hosts and replay.
   in (the Kafka host's fetches, the embedded host's snapshot shares), gives exactly the
   order of folding everything at once (replay), ties in time included.
 * The rank is one domain, the log's topic list, for every processor: each processor of
-  the catalogue lists its inputs in that order, so the per-processor order the hosts
-  used before the kernel is the kernel's order (state already on the log replays the
-  same).
+  the catalogue lists its inputs in that order, so ranking a processor's inputs by their
+  place in its own list gives the kernel's order too (a log folded either way replays
+  the same).
 """
 
 from __future__ import annotations
