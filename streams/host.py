@@ -370,12 +370,10 @@ class StreamsHost:
         return self._topic_order.key(message.topic, message.timestamp, message.offset)
 
     async def _take_ready(self, task: Task) -> list[Any]:
-        """The task's held records that can be processed now, in the embedded order.
-
-        A co-partitioned input that may still have unfetched records bounds the batch by
-        its last fetched record (nothing fetched: it bounds everything), so a report is not
-        processed before the exchange it quotes only because the exchange's topic was
-        fetched more slowly, as the embedded host and replay order them."""
+        """The task's held records that can be processed now, in the kernel's order: a
+        co-partitioned input that may still have unfetched records (or is paused) bounds
+        the batch by its last fetched record, nothing fetched bounding everything
+        (:meth:`streams.partition_buffer.PartitionBuffer.take`)."""
         consumer = self._consumer
         assert consumer is not None
         open_inputs = {
