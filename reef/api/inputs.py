@@ -30,9 +30,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-#: deepest nesting of arrays/objects accepted; deeper bodies could not be parsed, stored
-#: and answered back within Python's recursion limit everywhere they travel
-MAX_DEPTH: Final = 256
+#: deepest nesting of arrays/objects accepted (the body itself is level 1). Every layer a
+#: body travels through must hold it with room to spare: Python's parser recurses per
+#: level, and the body store's manifest, which wraps the request in levels of its own, is
+#: serialized by orjson, which refuses more than 255 levels
+MAX_DEPTH: Final = 128
 #: a ``\uD800``-``\uDFFF`` escape: a surrogate, which must come in a valid pair
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 #: every byte but ``[`` and ``{``: deleting them leaves one byte per array or object opened
