@@ -8,7 +8,8 @@ by Reef, a checker that reports each session's outcome, and the releases that fo
 * :func:`probe`: one session against a capturing stand-in, for the request the CLI
   really sends (the tokenizer is trained on it; the gate's tasks are rendered from it).
 * :func:`build_folder`: a Qwen2 folder with random weights, a BPE tokenizer trained on
-  the probed requests and the task words, and a chat template that renders tools.
+  the probed requests and the task words, a chat template that renders tools, and
+  Qwen2.5-Instruct's sampling defaults in its ``generation_config.json``.
 * :class:`Checker`: after a session, the exchanges it recorded (``GET
   /reef/scenarios/{s}/records``), success checked on disk, and a report quoting the
   receipt (``reef_client``) of the first exchange, and of the second after a call that
@@ -35,7 +36,7 @@ from typing import Any
 import httpx
 from reef_client import ReefClient
 
-from reef.testing.chat_templates import QWEN25_TOOLS
+from reef_dev.chat_templates import QWEN25_TOOLS
 
 NODE_MODULES = Path(__file__).resolve().parents[1] / ".tools" / "agents" / "node_modules"
 CLAUDE = NODE_MODULES / "@anthropic-ai/claude-code-linux-x64/claude"
@@ -53,6 +54,10 @@ QWEN_SPLIT = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+#: the sampling of Qwen2.5-Instruct's generation_config.json, which the folder ships so the
+#: engine samples the CLIs' requests (they send no temperature) as it would that family;
+#: its repetition_penalty (1.05) is left out: Reef's decoder applies none
+QWEN25_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20}
 
 DONE = "Done."
 PHRASES = (
@@ -311,7 +316,7 @@ def build_folder(
 ) -> Path:
     """A Qwen2 folder (random weights from ``seed``) whose tokenizer is trained on the
     probed requests (their strings and their tools as JSON) and ``texts``, with the
-    Qwen2.5 tool template."""
+    Qwen2.5 tool template and Qwen2.5-Instruct's sampling defaults."""
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -361,6 +366,7 @@ def build_folder(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = make_model(config)
+    model.generation_config.update(**QWEN25_SAMPLING)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

@@ -52,8 +52,8 @@ from reef.crypto.rings import TableKeyRing
 from reef.log.embedded import EmbeddedLog
 from reef.services.bodystore import BodyFormat
 from reef.services.eventstore import EventStore
-from reef.testing.agent_session import AgentSession
-from reef.testing.events import inference
+from reef_dev.agent_session import AgentSession
+from reef_dev.events import inference
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests/fixtures/agents/claude_code/interactive/first_request.json"

@@ -122,7 +122,7 @@ def write_recipe(
         "  eligibility: {max_staleness: 3}\n"
         f"  training: {{base_model: '{folder}', steps: {args.steps}, "
         f"learning_rate: {args.lr}, max_length: {args.context}, device: {args.device}, "
-        f"threads: 2}}\n"
+        f"threads: 2, micro_batch_tokens: {args.micro_batch_tokens}}}\n"
     )
     return config
 
@@ -292,6 +292,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--warm-steps", type=int, default=0, help="copy warm start first (0: random weights)"
+    )
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=65536,
+        help="padded tokens per forward pass: one micro-batch computes the shared prompt once",
     )
     parser.add_argument("--device", default="cpu", help="engine and training: cpu or cuda")
     parser.add_argument(

@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 READY = "anchor: ready"
-MAX_POLL_RECORDS = 5000  # streams.host.MAX_POLL_RECORDS
+MAX_POLL_RECORDS = 5000  # streams.kafka_consumer.MAX_POLL_RECORDS
 
 
 class Ceiling(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from reef.core import topics
-from reef.stack import kafka as stack_kafka
-from reef.stack import process as stack_process
-from reef.stack.paths import load_settings
 from reef.testing.servers import free_port
+from reef_dev.stack import kafka as stack_kafka
+from reef_dev.stack import process as stack_process
+from reef_dev.stack.paths import load_settings
 
 #: the topics ``reef streams`` reads (the join: inference + reports; the chain: the rest)
 INPUT_TOPICS = (topics.INFERENCE, topics.REPORTS, topics.SCENARIOS, topics.RELEASE_PROPOSALS)

@@ -18,8 +18,8 @@ from reef.core import topics
 from reef.core.events import InferenceRecorded, ReportRejected, ReportSubmitted, SampleJoined
 from reef.log.kafka import KafkaLog
 from reef.services.eventstore import EventStore
-from reef.stack import process as stack_process
-from reef.testing.load import LoadResult
+from reef_dev.load import LoadResult
+from reef_dev.stack import process as stack_process
 
 # ---------------------------------------------------------------------------
 # The log against the clients

@@ -34,7 +34,7 @@ from reef.codec import EventCodec
 from reef.core.join import JoinProcessor
 from reef.core.state import DictState
 from reef.settings import Settings
-from reef.testing.events import inference, receipt, report
+from reef_dev.events import inference, receipt, report
 
 #: the join's throughput targets: (row, unit, value per second)
 TARGETS = (

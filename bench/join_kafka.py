@@ -31,9 +31,10 @@ from reef.core.topics import STREAMS_APP_ID
 from reef.hosts import READY_LINE
 from reef.log.base import PendingAppend
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
-from streams.host import EXIT_TRANSACTION_FAILED, changelog_topic
+from streams.changelog import changelog_topic
+from streams.host import EXIT_TRANSACTION_FAILED
 
-#: logged by streams/host.py after each assignment it took up
+#: logged by streams/task_manager.py after each assignment it took up
 ASSIGNED = re.compile(rb"assigned partitions \[([\d, ]*)\]")
 
 
@@ -44,10 +45,10 @@ def kafka_bootstrap(given: str | None) -> str:
     if given:
         return given
     try:
-        from reef.stack import kafka
-        from reef.stack.paths import load_settings
-    except ImportError:  # pragma: no cover - reef.stack is part of the checkout
-        raise SystemExit("reef.stack is not available: pass --kafka-bootstrap") from None
+        from reef_dev.stack import kafka
+        from reef_dev.stack.paths import load_settings
+    except ImportError:  # pragma: no cover - reef_dev.stack is part of the checkout
+        raise SystemExit("reef_dev.stack is not available: pass --kafka-bootstrap") from None
     shape = kafka.up(load_settings(), "single", echo=lambda m: print(f"[stack] {m}"))
     return shape.bootstrap
 

@@ -14,8 +14,8 @@ from bench.join_workload import PARTITIONS, REPO_ROOT, Bench
 PER_RECORD = (
     ("StreamsHost._loop (whole worker loop)", "streams/host.py", "_loop"),
     ("  consumer.getmany (fetch, decompress, records)", "aiokafka/consumer/consumer.py", "getmany"),
-    ("  StreamsHost._run_batch", "streams/host.py", "_run_batch"),
-    ("    _compute (step 1)", "streams/host.py", "_compute"),
+    ("  BatchRunner.run", "streams/batch.py", "run"),
+    ("    compute (step 1)", "streams/batch.py", "compute"),
     ("      heapq.merge of the poll", "heapq.py", "merge"),
     ("      _decode -> EventCodec.decode", "reef/codec.py", "decode"),
     ("        fastavro schemaless_reader", "fastavro", "schemaless_reader"),
@@ -28,7 +28,7 @@ PER_RECORD = (
     ("      EventCodec.encode (outputs)", "reef/codec.py", "encode"),
     ("        codec _validate (fastavro validate)", "reef/codec.py", "_validate"),
     ("      store.encode_value (changelog JSON)", "streams/store.py", "encode_value"),
-    ("    _commit (step 2: the transaction)", "streams/host.py", "_commit"),
+    ("    _commit (step 2: the transaction)", "streams/batch.py", "_commit"),
     ("      producer.send", "aiokafka/producer/producer.py", "send"),
     (
         "      send_offsets_to_transaction",
@@ -54,7 +54,7 @@ def print_profile(
     computed = sum(
         nc
         for (file, _, func), (_cc, nc, _tt, _ct, _) in raw.items()
-        if file.endswith("streams/host.py") and func == "_decode"
+        if file.endswith("streams/batch.py") and func == "_decode"
     )
     if computed:
         print(

@@ -55,7 +55,7 @@ async def bench_embedded(bench: Bench, pending: Sequence[PendingAppend], replay_
             for start in range(0, len(pending), 2000):
                 await log.append_many(pending[start : start + 2000])
             loaded = time.perf_counter() - began
-            settings = Settings(state_dir=Path(tmp))
+            settings = Settings.of(state_dir=Path(tmp))
             (join,) = [p for p in processors(settings) if p.name == "join"]
             runtime = EmbeddedRuntime(log, join)
             began = time.perf_counter()
@@ -180,13 +180,13 @@ async def bench_kafka(
         if seek_warning:
             bench.notes.append(
                 "the worker's log shows a coroutine never awaited (see the report: "
-                "streams/host.py _seek_committed calls seek_to_beginning without await)"
+                "streams/task_manager.py _seek_committed calls seek_to_beginning without await)"
             )
         if replay_too:
             log = KafkaLog(bench.bootstrap, topic_prefix=prefix, client_id="reef-bench-replay")
             await log.start()
             try:
-                settings = Settings(
+                settings = Settings.of(
                     log="kafka", kafka_bootstrap=bench.bootstrap, kafka_topic_prefix=prefix
                 )
                 await bench_replay(bench, "replay (kafka log)", settings, log)

@@ -42,7 +42,7 @@ and how many group memberships were lost.
 ``--profile`` runs one more single worker under cProfile and prints its top functions by
 cumulative time and the cost per input record of the host's steps. Without
 ``--kafka-bootstrap`` the local stack's single node (127.0.0.1:19092) is used, started if
-needed (``reef.stack``). Every prefix is deleted at the end.
+needed (``reef_dev.stack``). Every prefix is deleted at the end.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from reef.core import topics
 from reef.core.events import Event
 from reef.log.base import PendingAppend
 from reef.log.partitioner import partition_for
-from reef.testing.events import inference, receipt, report
+from reef_dev.events import inference, receipt, report
 
 PARTITIONS = 6
 #: the original names: murmur2 puts them on partitions 0-5 as 2, 5, 1, 0, 1, 3 scenarios

@@ -12,7 +12,7 @@ producer on Kafka. Two modes per log:
 * concurrent: ``--concurrency`` appends in flight; throughput under load.
 
 Without ``--kafka-bootstrap`` the local stack's single Kafka node (127.0.0.1:19092) is
-started if needed (``reef.stack``). Each run writes to its own fresh topic.
+started if needed (``reef_dev.stack``). Each run writes to its own fresh topic.
 """
 
 from __future__ import annotations
@@ -225,10 +225,10 @@ def kafka_bootstrap(given: str | None) -> str:
     if given:
         return given
     try:
-        from reef.stack import kafka
-        from reef.stack.paths import load_settings
-    except ImportError:  # pragma: no cover - reef.stack is part of the checkout
-        raise SystemExit("reef.stack is not available: pass --kafka-bootstrap") from None
+        from reef_dev.stack import kafka
+        from reef_dev.stack.paths import load_settings
+    except ImportError:  # pragma: no cover - reef_dev.stack is part of the checkout
+        raise SystemExit("reef_dev.stack is not available: pass --kafka-bootstrap") from None
     shape = kafka.up(load_settings(), "single", echo=lambda m: print(f"[stack] {m}",
                                                                       file=sys.stderr))
     return shape.bootstrap

@@ -62,7 +62,7 @@ from reef.core.events import Event  # noqa: E402
 from reef.log.embedded import EmbeddedLog  # noqa: E402
 from reef.log.kafka import KafkaLog  # noqa: E402
 from reef.services.eventstore import EventStore  # noqa: E402
-from reef.testing.events import inference, receipt, report  # noqa: E402
+from reef_dev.events import inference, receipt, report  # noqa: E402
 
 SCENARIOS = tuple(f"mem-{i}" for i in range(12))
 MB = 1024 * 1024
@@ -89,7 +89,7 @@ def rss() -> float:
 
 
 async def runtime_for(log):
-    (join,) = [p for p in processors(Settings(state_dir=path.parent)) if p.name == "join"]
+    (join,) = [p for p in processors(Settings.of(state_dir=path.parent)) if p.name == "join"]
     kwargs = {"cache_bytes": cache_bytes} if cache_bytes > 0 else {}
     return EmbeddedRuntime(log, join, **kwargs)
 

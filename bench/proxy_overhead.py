@@ -70,7 +70,6 @@ from bench.proxy_targets import (
     start_target,
 )
 from bench.proxy_ttfb import StreamTiming, probe
-from reef.stack.collector import LOCAL_ENDPOINT as LOCAL_OTLP
 from reef.testing.servers import (
     REPO_ROOT,
     ManagedProcess,
@@ -79,6 +78,7 @@ from reef.testing.servers import (
     running_upstream,
     spawn,
 )
+from reef_dev.stack.collector import LOCAL_ENDPOINT as LOCAL_OTLP
 
 TOKEN = "bench-token"
 #: LiteLLM refuses to start without a master key; authenticated like Reef, so it is fair

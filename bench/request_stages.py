@@ -117,7 +117,7 @@ async def _run(
         "2mb": ("/v1/messages", [grown_request(2_000_000)]),
     }
     state = Path(tempfile.mkdtemp(prefix="reef-stages-"))
-    settings = Settings(
+    settings = Settings.of(
         state_dir=state, upstream_url=upstream, insecure=True, serve_role="api", log="embedded"
     )
     app = create_app(settings)

@@ -79,7 +79,7 @@ from reef.testing.servers import (
     spawn,
     start_reef,
 )
-from reef.testing.stats import percentile, plateau
+from reef_dev.stats import percentile, plateau
 
 TOKEN = "soak-token"
 SCENARIO = "soak"

@@ -4,7 +4,7 @@ What runs (real processes on loopback, on a Kafka of the bench's own):
 
 - a private Kafka on free ports in a temporary directory, killed and deleted at the end:
   one node (``--cluster single``) or three (``--cluster three``: RF 3, min ISR 2). The
-  shared stack (``reef stack``) is never touched: its brokers are what other tests use;
+  shared stack (``scripts/stack``) is never touched: its brokers are what other tests use;
 - ``reef topics create``, then ``reef serve --log kafka`` on a fresh topic prefix, with
   the scripted upstream (reef/testing/scripted_upstream.py);
 - 1-3 ``reef streams`` workers (``--workers`` at the start), each with its own
@@ -12,7 +12,7 @@ What runs (real processes on loopback, on a Kafka of the bench's own):
   restarted under its id and a removed one leaves the group), supervised: a worker that
   exits on its own is restarted after 1 s (status 75 is the host's "cannot continue,
   restart me"; any other status is a crash, counted apart);
-- the steady load (reef/testing/load.py): ``--rate`` chat completions per second, open
+- the steady load (reef_dev/load.py): ``--rate`` chat completions per second, open
   loop, each followed by a report quoting its receipt.
 
 Each cycle injects one fault, chosen at random (``--seed``):
@@ -102,8 +102,8 @@ from bench.chaos_support import (
     no_progress_incidents,
 )
 from reef.core import topics
-from reef.testing.load import LoadResult, SteadyLoad
 from reef.testing.servers import ReefProcess, run_reef, start_reef, start_upstream
+from reef_dev.load import LoadResult, SteadyLoad
 
 TOKEN = "reef-chaos-token"
 FAULTS = ("worker-kill", "broker-stall", "rebalance")

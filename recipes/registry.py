@@ -63,16 +63,16 @@ class DeploymentBound(Protocol):
 
 def deployment_facts(settings: Settings) -> DeploymentFacts:
     """What a recipe is told of the deployment ``settings`` describe."""
-    key = settings.upstream_api_key
+    key = settings.upstream.api_key
     return DeploymentFacts(
-        upstream_url=settings.upstream_url,
-        upstream_dialect=settings.upstream_dialect,
+        upstream_url=settings.upstream.url,
+        upstream_dialect=settings.upstream.dialect,
         upstream_api_key=key.get_secret_value() if key is not None else None,
-        upstream_model=settings.upstream_model,
-        track_sessions=settings.track_sessions,
-        judge_turns=settings.judge_turns,
-        record_tokens=settings.record_tokens or settings.record_top_logprobs > 0,
-        record_top_logprobs=settings.record_top_logprobs,
+        upstream_model=settings.upstream.model,
+        track_sessions=settings.sessions.track,
+        judge_turns=settings.judge.turns,
+        record_tokens=settings.recording.tokens or settings.recording.top_logprobs > 0,
+        record_top_logprobs=settings.recording.top_logprobs,
     )
 
 
@@ -137,10 +137,10 @@ def recipe_from_settings(
     chat: ChatClient | None = None,
 ) -> Recipe[Any]:
     """The deployment's recipe, configured from ``recipe_config`` (else ``config_file``)."""
-    path = settings.recipe_config or config_file
+    path = settings.deployment.recipe_config or config_file
     data = read_section(path) if path is not None else {}
     recipe = build_recipe(
-        settings.recipe,
+        settings.deployment.recipe,
         data,
         base_dir=path.parent if path else None,
         backend=backend,

@@ -15,25 +15,27 @@ from reef.settings import Settings
 
 def join_settings(settings: Settings) -> JoinSettings:
     return JoinSettings(
-        park_timeout=timedelta(seconds=settings.join_park_timeout_s),
-        max_parked=settings.join_max_parked,
-        merge_sessions=settings.merge_sessions,
+        park_timeout=timedelta(seconds=settings.join.park_timeout_s),
+        max_parked=settings.join.max_parked,
+        merge_sessions=settings.join.merge_sessions,
     )
 
 
 def session_settings(settings: Settings) -> SessionSettings:
     return SessionSettings(
-        session_ttl=timedelta(seconds=settings.session_ttl_s),
-        max_open_sessions=settings.max_open_sessions,
+        session_ttl=timedelta(seconds=settings.sessions.ttl_s),
+        max_open_sessions=settings.sessions.max_open,
     )
 
 
 def processors(settings: Settings) -> list[Processor]:
     hosted: list[Processor] = [JoinProcessor(join_settings(settings)), ReleaseChainProcessor()]
-    if settings.track_sessions:
+    if settings.sessions.track:
         hosted.append(SessionProcessor(session_settings(settings)))
-        if settings.judge_turns:  # judged turns become reports (reef.core.feedback)
+        if settings.judge.turns:  # judged turns become reports (reef.core.feedback)
             hosted.append(FeedbackProcessor())
-    if settings.rollouts:  # live outcomes decide canary releases (reef.core.rollout_control)
+    if (
+        settings.deployment.rollouts
+    ):  # live outcomes decide canary releases (reef.core.rollout_control)
         hosted.append(RolloutController())
     return hosted

@@ -35,9 +35,12 @@ from fastapi import FastAPI
 
 from recipes.base import Recipe
 from recipes.registry import recipe_from_settings
+from reef.api.adapters import AdapterKinds
 from reef.api.app import build_app
 from reef.api.auth import TokenRegistry, registry_from
+from reef.api.background import BackgroundTasks
 from reef.api.context import AppContext
+from reef.api.processor_watch import ProcessorWatch
 from reef.api.shadow import ShadowCopies
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck, open_store
@@ -66,8 +69,8 @@ from trainers.runner import in_process_trainer
 
 def create_app(settings: Settings) -> FastAPI:
     """The app ``reef serve`` runs; configuration errors (e.g. no token) raise here."""
-    tokens = registry_from(settings)
-    if settings.serve_role == "api" and settings.upstream_url is None:
+    tokens = registry_from(settings.auth)
+    if settings.api.role == "api" and settings.upstream.url is None:
         # the local engine runs once, in the process that runs everything
         raise ConfigError("an API-only process (serve_role api) needs an upstream URL")
     # the embedded log runs the recipe's trainer in this process: a recipe configuration it
@@ -80,7 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def producer_name(settings: Settings) -> str:
-    return settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+    return settings.deployment.producer_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _runs_once(settings: Settings) -> bool:
@@ -89,7 +92,7 @@ def _runs_once(settings: Settings) -> bool:
     On Kafka they are separate commands (``reef streams``, ``reef trainer``, ``reef
     judge``); on the embedded log the first of ``reef serve --workers`` runs them.
     """
-    return settings.log == "embedded" and settings.serve_role == "all"
+    return settings.deployment.log == "embedded" and settings.api.role == "all"
 
 
 @contextlib.asynccontextmanager
@@ -109,13 +112,17 @@ async def serving_context(
         keys = open_keyring(log)
         await keys.start()
         stack.push_async_callback(keys.close)
-        claims = ClaimCheck(artifacts, settings.claim_check_bytes)
+        claims = ClaimCheck(artifacts, settings.artifacts.claim_check_bytes)
         store = EventStore(
-            log, open_codec(settings), claims=claims, keys=keys, body_format=settings.body_format
+            log,
+            open_codec(settings),
+            claims=claims,
+            keys=keys,
+            body_format=settings.artifacts.body_format,
         )
         # spend (status, metrics) is folded from every recorded exchange: only when priced
         projection = ProjectionFollower(
-            store, followed=SPEND_TOPICS if settings.prices else FOLLOWED_TOPICS
+            store, followed=SPEND_TOPICS if settings.recording.prices else FOLLOWED_TOPICS
         )
         await projection.start()
         stack.push_async_callback(projection.close)
@@ -124,24 +131,24 @@ async def serving_context(
             # replay); they run in a child process so the API keeps its own core
             await stack.enter_async_context(processor_process(settings))
         serving = settings
-        if settings.upstream_url is None:
+        if settings.upstream.url is None:
             engine_url = await stack.enter_async_context(
                 local_engine(
-                    settings.engine_model,
-                    settings.state_dir / "logs",
-                    settings.engine_tool_call_parser,
-                    settings.engine_device,
+                    settings.engine.model,
+                    settings.deployment.state_dir / "logs",
+                    settings.engine.tool_call_parser,
+                    settings.engine.device,
                 )
             )
-            serving = settings.model_copy(
-                update={"upstream_url": f"{engine_url}/v1", "upstream_dialect": "openai"}
-            )
-            if settings.engine_scenario:
+            serving = settings.replace(upstream_url=f"{engine_url}/v1", upstream_dialect="openai")
+            if settings.engine.scenario:
                 await stack.enter_async_context(
                     _sidecar(settings, store, content, engine_url, producer)
                 )
         # before the trainer, whose training spans link to the reports this process receives
-        tracing = await stack.enter_async_context(open_tracing(serving, serving.upstream_dialect))
+        tracing = await stack.enter_async_context(
+            open_tracing(settings.otel, serving.upstream.dialect)
+        )
         trainer = judge = None
         if runs_once:
             trainer = await stack.enter_async_context(
@@ -152,8 +159,15 @@ async def serving_context(
             # the judge asks the serving upstream (the local engine when none is set)
             # unless a judge URL is configured
             judge = await stack.enter_async_context(in_process_judge(serving, store, producer))
-        upstream = Upstream(serving)
+        upstream = Upstream(serving.upstream, serving.recording)
         stack.push_async_callback(upstream.aclose)
+        # at shutdown the shadow copies end first (within their grace), then the rest
+        background = BackgroundTasks()
+        stack.push_async_callback(background.drain)
+        shadows = ShadowCopies(
+            limit=settings.api.shadow_max_in_flight, grace_s=settings.api.shadow_grace_s
+        )
+        stack.push_async_callback(shadows.close)
         ctx = AppContext(
             serving,
             producer,
@@ -162,25 +176,28 @@ async def serving_context(
             upstream,
             tokens,
             content=content,
-            processors=processors(settings),
+            processors=ProcessorWatch(
+                store.log,
+                settings.deployment.log,
+                processors(settings),
+                durable_rows(settings) if settings.deployment.rollouts else None,
+            ),
+            background=background,
+            shadows=shadows,
+            adapters=AdapterKinds(content),
             seed_content_id=seed,
             trainer=trainer,
             judge=judge,
-            durable_rows=durable_rows(settings) if settings.rollouts else None,
-            shadows=ShadowCopies(
-                limit=settings.shadow_max_in_flight, grace_s=settings.shadow_grace_s
-            ),
             tracing=tracing,
         )
-        stack.push_async_callback(ctx.drain)
         yield ctx
 
 
 async def _publish_seed(settings: Settings, content: ContentStore) -> str | None:
     """The seed folder new scenarios start from, published once (idempotent)."""
-    if settings.seed_dir is None:
+    if settings.deployment.seed_dir is None:
         return None
-    return await asyncio.to_thread(content.publish_dir, settings.seed_dir)
+    return await asyncio.to_thread(content.publish_dir, settings.deployment.seed_dir)
 
 
 @contextlib.asynccontextmanager
@@ -188,14 +205,14 @@ async def _sidecar(
     settings: Settings, store: EventStore, content: ContentStore, engine_url: str, producer: str
 ) -> AsyncIterator[None]:
     """The local engine's sidecar, in-process: it hot-loads ``engine_scenario``'s releases."""
-    assert settings.engine_scenario is not None
+    assert settings.engine.scenario is not None
     config = SidecarConfig(
         engine_id="local",
-        scenario=settings.engine_scenario,
-        cache_dir=settings.state_dir / "engine-cache",
+        scenario=settings.engine.scenario,
+        cache_dir=settings.deployment.state_dir / "engine-cache",
         producer=producer,
-        load_method=settings.engine_load_method,
-        push_wait_s=settings.engine_push_wait_s,
+        load_method=settings.engine.load_method,
+        push_wait_s=settings.engine.push_wait_s,
     )
     engine = AsyncEngineClient(engine_url)
     task = asyncio.create_task(Sidecar(config, store, content, engine).run(), name="sidecar")
@@ -210,13 +227,13 @@ async def _sidecar(
 
 def durable_tables(settings: Settings) -> DurableTables:
     """How the deployment's processor host reads back the state it holds durably."""
-    if settings.log == "embedded":
+    if settings.deployment.log == "embedded":
         return embedded_host.durable_tables
     return changelog.durable_tables
 
 
 def durable_rows(settings: Settings) -> DurableRows:
     """How to read some rows of one processor's durable state (the API's rollout figures)."""
-    if settings.log == "embedded":
+    if settings.deployment.log == "embedded":
         return embedded_host.durable_rows
     return changelog.durable_rows

@@ -3,8 +3,9 @@
 Per input partition, in offset order. :meth:`PartitionBuffer.take` hands out what the
 kernel's horizon lets through (:mod:`reef.core.kernel`): an input that may still have
 unfetched records (the caller knows which: the consumer's positions) bounds the batch by
-its last held record. :meth:`PartitionBuffer.full` names the inputs holding too much, which
-the host pauses while the others catch up. No broker is needed to use or test it.
+its last held record. :meth:`PartitionBuffer.full` names the inputs holding too much;
+:class:`InputPauses` pauses them on the consumer while the others catch up. No broker is
+needed to use or test either.
 """
 
 from __future__ import annotations
@@ -15,19 +16,14 @@ from itertools import takewhile
 from typing import Generic, Protocol, TypeVar
 
 from reef.core.kernel import OrderKey, horizon, ready
+from streams.records import TopicPartition
 
 
 class Fetched(Protocol):
-    """A fetched record, as the consumer returns it."""
+    """A fetched record: the buffer reads its offset (its order comes from the caller)."""
 
     @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
     def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
 
 
 K = TypeVar("K", bound=Hashable)
@@ -85,3 +81,40 @@ class PartitionBuffer(Generic[K, F]):
     def full(self, most: int) -> set[K]:
         """The inputs holding ``most`` records or more."""
         return {tp for tp, held in self._held.items() if len(held) >= most}
+
+
+class Pausing(Protocol):
+    """The consumer calls back-pressure makes."""
+
+    def pause(self, *tps: TopicPartition) -> None: ...
+    def resume(self, *tps: TopicPartition) -> None: ...
+
+
+class InputPauses:
+    """The input partitions paused on the consumer because their buffers hold too much:
+    fetching them waits while a co-partitioned input catches up, so a worker's memory
+    stays bounded whatever the inputs' fetch sizes."""
+
+    __slots__ = ("_consumer", "_paused")
+
+    def __init__(self, consumer: Pausing) -> None:
+        self._consumer = consumer
+        self._paused: set[TopicPartition] = set()
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._paused
+
+    def hold_back(self, full: set[TopicPartition]) -> None:
+        """Pause exactly ``full`` (:meth:`PartitionBuffer.full` of every task): the inputs
+        newly full are paused, the paused ones no longer full resumed."""
+        if full - self._paused:
+            self._consumer.pause(*(full - self._paused))
+        if self._paused - full:
+            self._consumer.resume(*(self._paused - full))
+        self._paused = set(full)
+
+    def release(self) -> None:
+        """Resume every paused input (their tasks are closing: nothing is held any more)."""
+        if self._paused:
+            self._consumer.resume(*self._paused)
+        self._paused = set()

@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
-from aiokafka import TopicPartition as TP
-from aiokafka.errors import KafkaError
+from streams.kafka_consumer import BrokerOffsets
+from streams.records import TopicPartition as TP
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +86,12 @@ class ProgressWatch:
 class WatchedHost(Protocol):
     """What the watchdog reads of a host (:class:`streams.host.StreamsHost`)."""
 
-    group: str
-    rebalancing: bool
-    restoring: bool
-
+    @property
+    def group(self) -> str: ...
+    @property
+    def rebalancing(self) -> bool: ...
+    @property
+    def restoring(self) -> bool: ...
     def input_assignment(self) -> set[TP]: ...
 
 
@@ -149,65 +151,3 @@ async def watch(
             last_look[0] = time.monotonic()
     finally:
         await offsets.close()
-
-
-class BrokerOffsets:
-    """The group's committed offsets and the end offsets of committed records
-    (read_committed), asked of the brokers by clients of its own: the group consumer's
-    view comes from its own fetches and commits, exactly what stops when it wedges."""
-
-    def __init__(self, bootstrap: str, group: str, answer_within_s: float) -> None:
-        self._bootstrap = bootstrap
-        self._group = group
-        self._answer_within_s = answer_within_s
-        self._clients: tuple[Any, Any] | None = None
-
-    async def of(self, tps: list[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
-        """(committed, ends); both empty when the brokers cannot answer: a broker being
-        down is no stall of this worker. A partition never committed counts from 0."""
-        asked = list(tps)
-        try:
-            consumer, admin = await self._started()
-            done = await asyncio.wait_for(
-                admin.list_consumer_group_offsets(self._group, partitions=asked),
-                self._answer_within_s,
-            )
-            ends = await asyncio.wait_for(consumer.end_offsets(asked), self._answer_within_s)
-        except (KafkaError, TimeoutError, OSError):  # the brokers cannot answer now
-            logger.warning("watchdog: offsets unavailable", exc_info=True)
-            return {}, {}
-        committed = {}
-        for tp in asked:
-            meta = done.get(tp)
-            committed[tp] = max(0, meta.offset) if meta else 0
-        return committed, dict(ends)
-
-    async def _started(self) -> tuple[Any, Any]:
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        if self._clients is None:
-            client_id = f"{self._group}-watchdog"
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
-                isolation_level="read_committed",
-                enable_auto_commit=False,
-                client_id=client_id,
-            )
-            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, client_id=client_id)
-            try:
-                await asyncio.wait_for(consumer.start(), self._answer_within_s)
-                await asyncio.wait_for(admin.start(), self._answer_within_s)
-            except BaseException:
-                await consumer.stop()
-                await admin.close()
-                raise
-            self._clients = (consumer, admin)
-        return self._clients
-
-    async def close(self) -> None:
-        if self._clients is not None:
-            consumer, admin = self._clients
-            self._clients = None
-            await consumer.stop()
-            await admin.close()

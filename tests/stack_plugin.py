@@ -1,16 +1,16 @@
-"""Pytest fixtures for the local Kafka + S3 stack (see reef/stack).
+"""Pytest fixtures for the local Kafka + S3 stack (see reef_dev/stack).
 
 Register it once, in tests/conftest.py::
 
     pytest_plugins = ["tests.stack_plugin"]
 
 Services start lazily, once per session, the first time a test asks for a
-fixture; they keep running after the session (``reef stack down`` stops them),
+fixture; they keep running after the session (``scripts/stack down`` stops them),
 so later runs reuse them. ``REEF_TEST_KAFKA_BOOTSTRAP`` and
 ``REEF_TEST_S3_ENDPOINT`` (with ``REEF_TEST_S3_ACCESS_KEY``,
 ``REEF_TEST_S3_SECRET_KEY``, ``REEF_TEST_S3_BUCKET``) point the tests at
 services that are already running instead (when they name this stack's own
-addresses, as ``eval "$(reef stack env)"`` does, the fixtures manage the local
+addresses, as ``eval "$(scripts/stack env)"`` does, the fixtures manage the local
 services as usual, so ``s3.stop()`` and broker restarts still work). A stack
 that cannot be started or reached fails the tests that need it; it never
 skips them.
@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reef.stack import collector, kafka, registry, seaweed
-from reef.stack.paths import StackSettings, load_settings
-from reef.stack.process import Echo, StackError
+from reef_dev.stack import collector, kafka, registry, seaweed
+from reef_dev.stack.paths import StackSettings, load_settings
+from reef_dev.stack.process import Echo, StackError
 from tests.support.otlp import OtlpReceiver
 from tests.support.stack import KafkaBroker, KafkaCluster, S3Server
 
@@ -63,7 +63,7 @@ def _echo_for(config: pytest.Config) -> Echo:
             print(message, file=sys.stderr)
             return
         with capman.global_and_fixture_disabled():
-            reporter.write_line(f"[reef stack] {message}")
+            reporter.write_line(f"[scripts/stack] {message}")
 
     return echo
 

@@ -96,6 +96,11 @@ class Batcher:
         """The batch holding these samples was decided: they are no longer pending."""
         self._ids.difference_update(sample_ids)
 
+    def clear(self) -> None:
+        """Forget every waiting and pending sample."""
+        self._waiting.clear()
+        self._ids.clear()
+
     def waiting_count(self, scenario: str | None = None) -> int:
         names = [scenario] if scenario is not None else list(self._waiting)
         return sum(

@@ -8,15 +8,20 @@ scenarios' rollouts by the API's own fold (:class:`reef.core.rollouts.RolloutBoo
 the staleness of a sample is ``height(head) - height(release that served it)``.
 
 :class:`ChainFollower` catches the view up to the log's current end on demand (no
-background task: callers catch up before they decide, and poll while they wait).
+background task: callers catch up before they decide, and poll while they wait). A recipe
+that folds the chain (:class:`recipes.releases.ReleaseObserver`) is fed each committed
+release once per view, in log order, as :func:`release_fact` decodes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from recipes.releases import ReleaseFact
 from reef.core import topics
 from reef.core.events import (
     Event,
@@ -127,12 +132,22 @@ FOLLOWED = (topics.SCENARIOS, topics.RELEASES, topics.RELEASE_PROPOSALS)
 
 
 class ChainFollower:
-    """Reads the followed topics from where it stopped to their current end."""
+    """Reads the followed topics from where it stopped to their current end; each release
+    the view commits, in log order, goes to ``on_release`` (when given) after the catch-up
+    that read it."""
 
-    def __init__(self, store: EventStore, view: ChainView | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        view: ChainView | None = None,
+        *,
+        on_release: Callable[[ReleaseCommitted], None] | None = None,
+    ) -> None:
         self.store = store
         self.view = view or ChainView()
+        self.on_release = on_release
         self._positions: dict[str, dict[int, int]] = {topic: {} for topic in FOLLOWED}
+        self._observed = 0  # committed releases given to on_release
 
     async def catch_up(self) -> None:
         """Read the three topics at once (on Kafka each read is a consumer of its own, slow
@@ -144,6 +159,44 @@ class ChainFollower:
                 positions[stored.record.partition] = stored.record.offset + 1
                 if stored.event is not None:
                     self.view.apply(stored.event)
+        self._observe()
+
+    def reset(self) -> None:
+        """Forget the view: the next catch-up folds the chain from the start, and
+        ``on_release`` sees every release again (an observer ignores repeats)."""
+        self.view = ChainView()
+        self._positions = {topic: {} for topic in FOLLOWED}
+        self._observed = 0
+
+    def _observe(self) -> None:
+        if self.on_release is None:
+            return
+        releases = list(self.view.releases.values())
+        for event in releases[self._observed :]:
+            self.on_release(event)
+        self._observed = len(releases)
 
     async def _read_new(self, topic: str) -> list[StoredEvent]:
         return [s async for s in self.store.read(topic, start=dict(self._positions[topic]))]
+
+
+def release_fact(event: ReleaseCommitted) -> ReleaseFact:
+    """A committed release as a recipe sees it (its JSON fields decoded)."""
+    return ReleaseFact(
+        scenario=event.scenario,
+        release_id=event.release_id,
+        content_id=event.content_id,
+        operation=event.operation,
+        parent_release_id=event.parent_release_id,
+        pending=event.pending,
+        metrics=_object(event.metrics_json),
+        evaluation=_object(event.evaluation_json),
+    )
+
+
+def _object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

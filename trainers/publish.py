@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from reef.core.errors import ConfigError, ReefError
-from reef.settings import Settings
+from reef.settings import TrainerSettings
 from trainers.chainview import ChainDecision
 
 if TYPE_CHECKING:
@@ -48,20 +48,20 @@ class PublishConfig:
     timeout_s: float = 60.0
 
 
-def publish_config(settings: Settings, device: str) -> PublishConfig | None:
+def publish_config(trainer: TrainerSettings, device: str) -> PublishConfig | None:
     """The trainer's publishing, from the settings (None: it does not publish)."""
-    if settings.trainer_publish == "none":
+    if trainer.publish == "none":
         return None
-    if not settings.trainer_publish_engines:
+    if not trainer.publish_engines:
         raise ConfigError(
-            f"trainer_publish {settings.trainer_publish!r} needs trainer_publish_engines "
+            f"trainer_publish {trainer.publish!r} needs trainer_publish_engines "
             "(REEF_TRAINER_PUBLISH_ENGINES=http://host:port,...)"
         )
     return PublishConfig(
-        settings.trainer_publish,
-        settings.trainer_publish_engines,
+        trainer.publish,
+        trainer.publish_engines,
         device,
-        settings.trainer_publish_timeout_s,
+        trainer.publish_timeout_s,
     )
 
 

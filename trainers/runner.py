@@ -45,20 +45,21 @@ def build_trainer(
 ) -> Trainer:
     """A trainer for the deployment's recipe (not started)."""
     chosen = recipe or recipe_from_settings(settings, config_file)
-    if chosen.config.rollout is not None and not settings.rollouts:
+    deployment = settings.deployment
+    if chosen.config.rollout is not None and not deployment.rollouts:
         raise ConfigError(
-            f"recipe {settings.recipe!r} rolls its candidates out (rollout:), which needs "
+            f"recipe {deployment.recipe!r} rolls its candidates out (rollout:), which needs "
             "REEF_ROLLOUTS=true here and where the API and the processors run"
         )
     content = content or ContentStore(open_store(settings))
-    claims = ClaimCheck(content.store, settings.claim_check_bytes)
+    claims = ClaimCheck(content.store, settings.artifacts.claim_check_bytes)
     config = TrainerConfig(
-        recipe_name=settings.recipe,
+        recipe_name=deployment.recipe,
         producer=producer or f"{socket.gethostname()}-{os.getpid()}",
-        work_dir=settings.state_dir / "trainer" / settings.recipe.replace(":", "_"),
+        work_dir=deployment.state_dir / "trainer" / deployment.recipe.replace(":", "_"),
         partitions=partitions,
     )
-    publishing = publish_config(settings, training_device(chosen.config))
+    publishing = publish_config(settings.trainer, training_device(chosen.config))
     return Trainer(
         chosen,
         store,
@@ -100,7 +101,7 @@ async def in_process_trainer(
     ``recipe``: the deployment's, when the caller loaded it already; ``tracing``: the
     serving process's, so training spans link to the reports it received."""
     recipe = recipe or recipe_from_settings(settings)
-    if not recipe.trains or not settings.trainer_in_process:
+    if not recipe.trains or not settings.trainer.in_process:
         yield None
         return
     trainer = build_trainer(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final, Protocol
+from typing import Final
 
 from reef.artifacts.content import ContentStore
 from reef.artifacts.parts import is_adapter_manifest
@@ -29,29 +29,25 @@ logger = logging.getLogger(__name__)
 LORA_ROUTES: Final = frozenset({"/v1/chat/completions"})
 
 
-class AdapterLookup(Protocol):
-    """What the lookup uses of the app's context (:class:`reef.api.context.AppContext`)."""
+class AdapterKinds:
+    """Whether each content's weights are a LoRA adapter, read from its manifest once."""
 
-    @property
-    def content(self) -> ContentStore: ...
-    @property
-    def adapter_contents(self) -> dict[str, bool]: ...
+    def __init__(self, content: ContentStore) -> None:
+        self._content = content
+        self._known: dict[str, bool] = {}
 
-
-async def adapter_of(
-    ctx: AdapterLookup, route: str, release_id: str, content_id: str
-) -> str | None:
-    """The adapter name to put in ``lora_path`` for an exchange routed to ``release_id``
-    (its id when its weights are an adapter), or None."""
-    if route not in LORA_ROUTES:
-        return None
-    known = ctx.adapter_contents.get(content_id)
-    if known is None:
-        try:
-            manifest = await asyncio.to_thread(ctx.content.load, content_id)
-        except (ReefError, OSError) as exc:
-            # the engine's default weights answer, and the receipt names what served
-            logger.warning("release %s: cannot read its manifest (%s)", release_id, exc)
+    async def adapter_of(self, route: str, release_id: str, content_id: str) -> str | None:
+        """The adapter name to put in ``lora_path`` for an exchange routed to
+        ``release_id`` (its id when its weights are an adapter), or None."""
+        if route not in LORA_ROUTES:
             return None
-        known = ctx.adapter_contents[content_id] = is_adapter_manifest(manifest)
-    return release_id if known else None
+        known = self._known.get(content_id)
+        if known is None:
+            try:
+                manifest = await asyncio.to_thread(self._content.load, content_id)
+            except (ReefError, OSError) as exc:
+                # the engine's default weights answer, and the receipt names what served
+                logger.warning("release %s: cannot read its manifest (%s)", release_id, exc)
+                return None
+            known = self._known[content_id] = is_adapter_manifest(manifest)
+        return release_id if known else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
@@ -29,7 +30,7 @@ from reef.api import (
     scenarios,
     system,
 )
-from reef.api.context import AppContext, watch_processor_lag
+from reef.api.context import AppContext
 from reef.api.hot_routes import HotRoutes
 from reef.api.metrics import Metrics
 from reef.api.ratelimit import limiter_from
@@ -48,19 +49,23 @@ def build_app(settings: Settings, open_context: OpenContext) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_context() as ctx:
             app.state.ctx = ctx
-            lag = asyncio.create_task(watch_processor_lag(ctx), name="processor-lag")
+            lag = asyncio.create_task(ctx.processors.run(), name="processor-lag")
             deadlines = (
                 asyncio.create_task(watch_rollout_deadlines(ctx), name="rollout-deadlines")
-                if settings.rollouts
+                if settings.deployment.rollouts
                 else None
             )
             try:
                 metrics.bind(ctx)
                 ctx.store.observe_append = metrics.append_seconds.observe
                 app.state.report_desk = ReportDesk()
-                app.state.report_limiter = limiter_from(settings)
+                app.state.report_limiter = limiter_from(settings.reports)
+                # what start-up built lives as long as the app: out of the collector's
+                # sight, a request's garbage no longer makes it traverse all of it again
+                gc.freeze()
                 yield
             finally:
+                gc.unfreeze()
                 for task in (lag, deadlines):
                     if task is not None:
                         task.cancel()

@@ -1,7 +1,7 @@
 """Bearer tokens with scopes, kept only as SHA-256 digests and compared in constant time.
 
 Authorisation matrix (docs/security.md "Authorisation"; tested route by route, with every
-wrong credential, by tests/e2e/test_authorization_matrix.py, which fails on a route that
+wrong credential, by tests/api/test_authorization_matrix.py, which fails on a route that
 is missing from its table):
 
 - public, no token: ``GET /healthz``, ``/openapi.json``, ``/docs``,
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from reef.core.errors import ConfigError, RequestError
-from reef.settings import Settings
+from reef.settings import AuthSettings
 
 Scope = Literal["inference", "report", "read", "admin"]
 ALL_SCOPES: Final[frozenset[Scope]] = frozenset({"inference", "report", "read", "admin"})
@@ -145,13 +145,13 @@ def _as_scope(name: str) -> Scope:
     raise ConfigError(f"unknown scope {name!r}")
 
 
-def registry_from(settings: Settings) -> TokenRegistry | None:
+def registry_from(auth: AuthSettings) -> TokenRegistry | None:
     """The token registry, or None when running ``--insecure`` with no token at all."""
-    grants = parse_token_spec(settings.tokens.get_secret_value())
-    if settings.token is not None and settings.token.get_secret_value():
-        grants.append((settings.token.get_secret_value(), ALL_SCOPES, ("*",)))
+    grants = parse_token_spec(auth.tokens.get_secret_value())
+    if auth.token is not None and auth.token.get_secret_value():
+        grants.append((auth.token.get_secret_value(), ALL_SCOPES, ("*",)))
     if not grants:
-        if settings.insecure:
+        if auth.insecure:
             return None
         raise ConfigError(
             "no token configured: set REEF_TOKEN (or REEF_TOKENS), or pass --insecure to run "

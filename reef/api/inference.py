@@ -21,7 +21,7 @@ from typing import Any, Final
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from reef.api import adapters, raw_json, registry
+from reef.api import raw_json, registry
 from reef.api.context import AppContext, context_of
 from reef.api.dialects import (
     Dialect,
@@ -158,7 +158,7 @@ class Exchange:
             output_tokens=usage.output_tokens,
             cache_read_input_tokens=usage.cache_read_tokens,
             cache_creation_input_tokens=usage.cache_write_tokens,
-            cost_usd=exchange_cost(self.model, usage, ctx.settings.prices),
+            cost_usd=exchange_cost(self.model, usage, ctx.settings.recording.prices),
             tags=self.tags,
             message_fingerprints=self.message_fingerprints,
             answer_fingerprint=_answer_fingerprint(self.fingerprint_key, response),
@@ -170,9 +170,9 @@ def _fingerprint_key(ctx: AppContext, scenario: str) -> bytes | None:
     """The scenario's fingerprint key; None (nothing fingerprinted, no cost on the request
     path) unless the deployment tracks or merges sessions (``track_sessions``,
     ``merge_sessions``): both compare messages by these fingerprints."""
-    if not (ctx.settings.track_sessions or ctx.settings.merge_sessions):
+    if not (ctx.settings.sessions.track or ctx.settings.join.merge_sessions):
         return None
-    secret = ctx.settings.fingerprint_secret
+    secret = ctx.settings.sessions.fingerprint_secret
     key_material = secret.get_secret_value().encode() if secret else b""
     return fingerprints.scenario_key(key_material, scenario)
 
@@ -250,9 +250,9 @@ def _ask_token_record(body: dict[str, Any], settings: Settings) -> bool:
     SGLang and reef engine answer ``logprobs`` with ``meta_info`` (ids, logprobs) and
     ``top_logprobs`` with the top-K ids per generated token; a client's own choice stands.
     """
-    top = settings.record_top_logprobs
+    top = settings.recording.top_logprobs
     changed = False
-    if (settings.record_tokens or top) and "logprobs" not in body:
+    if (settings.recording.tokens or top) and "logprobs" not in body:
         body["logprobs"] = True
         changed = True
     if top and body.get("logprobs") is True and "top_logprobs" not in body:
@@ -303,7 +303,7 @@ async def _adapter_of(
     found = next((r for r in view.releases if r.release_id == release_id), None)
     if found is None:
         return None
-    return await adapters.adapter_of(ctx, route, release_id, found.content_id)
+    return await ctx.adapters.adapter_of(route, release_id, found.content_id)
 
 
 async def serve(request: Request, route: str, dialect: Dialect) -> Response:
@@ -328,7 +328,7 @@ async def _serve(
     principal = ctx.authenticate(request, "inference")
     scenario = scenario_header(request)
     principal.require_scenario(scenario)
-    raw = await read_body(request, ctx.settings.max_body_bytes)
+    raw = await read_body(request, ctx.settings.api.max_body_bytes)
     text, body = decoded_object(raw)
     changed = False
     if ctx.upstream.model:
@@ -346,8 +346,8 @@ async def _serve(
     tags = exchange_tags(
         request,
         body,
-        agent_sessions=ctx.settings.agent_session_headers,
-        classify=ctx.settings.track_sessions,
+        agent_sessions=ctx.settings.api.agent_session_headers,
+        classify=ctx.settings.sessions.track,
     )
     chosen = routed(ctx.projection.state, scenario, tags, receipt)
     exchange = Exchange(
@@ -519,7 +519,7 @@ def _record_incomplete(
         usage=assembly.usage,
         error=why,
     )
-    ctx.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")
+    ctx.background.spawn(ctx.store.append(record), name=f"incomplete:{exchange.receipt}")
     if exchange.span is not None:
         exchange.span.recorded(record, assembly.first_chunk or assembly.final_response)
 

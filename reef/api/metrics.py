@@ -151,7 +151,7 @@ class _LogCollector(Collector):
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
-        for name, topics in sorted(self._ctx.processor_lag.items()):
+        for name, topics in sorted(self._ctx.processors.lag.items()):
             for topic, value in sorted(topics.items()):
                 lag.add_metric([name, topic], value)
         yield lag
@@ -165,7 +165,7 @@ class _LogCollector(Collector):
         for view in book.scenarios.values():
             for rollout in view.rollouts:
                 statuses[rollout.status] = statuses.get(rollout.status, 0) + 1
-        if not statuses and not self._ctx.settings.rollouts:
+        if not statuses and not self._ctx.settings.deployment.rollouts:
             return
         counts = CounterMetricFamily("reef_rollouts", "Rollouts by status.", labels=["status"])
         for status in ROLLOUT_STATUSES:
@@ -177,7 +177,7 @@ class _LogCollector(Collector):
     def _turns(self) -> Iterator[Metric]:
         """Sessions and judgements, while sessions are tracked (or the log holds some)."""
         figures = self._ctx.projection.state.turns
-        if not figures and not self._ctx.settings.track_sessions:
+        if not figures and not self._ctx.settings.sessions.track:
             return
         totals = TurnFigures.total(figures.values())
         completed = CounterMetricFamily(
@@ -212,7 +212,7 @@ class _LogCollector(Collector):
 def _spend(ctx: AppContext) -> Iterator[Metric]:
     """Tokens and cost per scenario and release that served, folded from the log while a
     price table is set: one series per release that answered (docs/cost.md)."""
-    if not ctx.settings.prices:
+    if not ctx.settings.recording.prices:
         return
     cost = CounterMetricFamily(
         "reef_cost_usd",
@@ -285,7 +285,7 @@ def _live_rollouts(ctx: AppContext, book: RolloutBook) -> Iterator[Metric]:
         )
     }
     now = utc_now()
-    for scenario, live in sorted(ctx.live_rollouts.items()):
+    for scenario, live in sorted(ctx.processors.live_rollouts.items()):
         view = book.scenario(scenario)
         active = None if view is None else view.active
         if active is None or active.rollout_id != live["rollout_id"]:

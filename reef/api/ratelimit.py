@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from reef.settings import Settings
+from reef.settings import ReportLimits
 
 Clock = Callable[[], float]
 Limit = Literal["token", "scenario"]
@@ -141,16 +141,16 @@ class ReportLimiter:
         return None
 
 
-def limiter_from(settings: Settings, clock: Clock = time.monotonic) -> ReportLimiter:
+def limiter_from(limits: ReportLimits, clock: Clock = time.monotonic) -> ReportLimiter:
     """The report limiter the settings ask for (no limit where a rate is unset)."""
     per_token = (
-        Rate(settings.report_rate_per_token, settings.report_burst_per_token)
-        if settings.report_rate_per_token is not None
+        Rate(limits.rate_per_token, limits.burst_per_token)
+        if limits.rate_per_token is not None
         else None
     )
     per_scenario = (
-        Rate(settings.report_rate_per_scenario, settings.report_burst_per_scenario)
-        if settings.report_rate_per_scenario is not None
+        Rate(limits.rate_per_scenario, limits.burst_per_scenario)
+        if limits.rate_per_scenario is not None
         else None
     )
     return ReportLimiter(per_token, per_scenario, clock)

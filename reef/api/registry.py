@@ -27,7 +27,7 @@ async def ensure(ctx: AppContext, name: str, *, implicit: bool = True) -> tuple[
     view = ctx.projection.state.scenarios.get(name)
     if view is not None:
         return view, False
-    if implicit and not ctx.settings.allow_implicit_scenarios:
+    if implicit and not ctx.settings.deployment.allow_implicit_scenarios:
         raise RequestError(404, "unknown_scenario", f"unknown scenario {name!r}")
     seed = ctx.seed_content_id
     event = ScenarioCreated(
@@ -35,7 +35,7 @@ async def ensure(ctx: AppContext, name: str, *, implicit: bool = True) -> tuple[
         scenario=name,
         occurred_at=utc_now(),
         producer=ctx.producer,
-        recipe=ctx.settings.recipe,
+        recipe=ctx.settings.deployment.recipe,
         initial_release_id=release_id(name, None, seed or EMPTY_CONTENT_ID, "creation"),
         seed_content_id=seed,
     )

@@ -68,7 +68,7 @@ async def promote(scenario: str, request: Request) -> JSONResponse:
 async def _republish(request: Request, scenario: str, operation: str) -> JSONResponse:
     ctx = context_of(request)
     ctx.authenticate(request, "admin").require_scenario(checked_scenario(scenario))
-    body = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+    body = parse_object(await read_body(request, ctx.settings.api.max_body_bytes))
     wanted = body.get("release_id")
     if not isinstance(wanted, str) or not wanted:
         raise RequestError(400, "invalid_release_id", "release_id must be a non-empty string")
@@ -152,7 +152,7 @@ async def lfs_batch(scenario: str, request: Request) -> JSONResponse:
     ctx.authenticate(request, "read").require_scenario(checked_scenario(scenario))
     view = registry.find(ctx, scenario)
     try:  # one JSON reading for every route (UTF-8, depth, finite numbers)
-        batch = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+        batch = parse_object(await read_body(request, ctx.settings.api.max_body_bytes))
     except RequestError as exc:
         if exc.status != 400:
             raise

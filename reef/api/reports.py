@@ -163,7 +163,9 @@ async def submit_report(request: Request) -> JSONResponse:
             f"too many reports for this {refusal.limit}; retry in {refusal.retry_after_header} s",
             headers={"Retry-After": refusal.retry_after_header},
         )
-    report = validate_report(parse_object(await read_body(request, ctx.settings.max_body_bytes)))
+    report = validate_report(
+        parse_object(await read_body(request, ctx.settings.api.max_body_bytes))
+    )
     await registry.ensure(ctx, scenario)
     desk: ReportDesk = request.app.state.report_desk
     if ctx.tracing is None:

@@ -42,7 +42,7 @@ async def append_overdue(ctx: AppContext) -> int:
     """Append the decisions due now; how many were appended."""
     now = utc_now()
     figures: dict[str, dict[str, Any]] = {}
-    for values in ctx.live_rollouts.values():
+    for values in ctx.processors.live_rollouts.values():
         shown = live_figures(values, now)
         figures[shown.pop("rollout_id")] = shown
     appended = 0

@@ -132,11 +132,11 @@ async def start_rollout(scenario: str, request: Request) -> JSONResponse:
     ctx = context_of(request)
     principal = ctx.authenticate(request, "admin")
     principal.require_scenario(checked_scenario(scenario))
-    if not ctx.settings.rollouts:
+    if not ctx.settings.deployment.rollouts:
         raise RequestError(
             409, "rollouts_disabled", "this deployment runs no rollout controller (REEF_ROLLOUTS)"
         )
-    body = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+    body = parse_object(await read_body(request, ctx.settings.api.max_body_bytes))
     candidate, policy = _start_input(body)
     view = _view(ctx, scenario)
     scenario_view = registry.find(ctx, scenario)

@@ -52,7 +52,7 @@ async def create_scenario(request: Request) -> JSONResponse:
     """
     ctx = context_of(request)
     principal = ctx.authenticate(request, "admin")
-    body = parse_object(await read_body(request, ctx.settings.max_body_bytes))
+    body = parse_object(await read_body(request, ctx.settings.api.max_body_bytes))
     name = body.get("name")
     if not isinstance(name, str):
         raise RequestError(400, "invalid_name", "name must be a string")

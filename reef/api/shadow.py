@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from reef.api import adapters
+from reef.api.adapters import AdapterKinds
 from reef.api.dialects import usage_of
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
@@ -70,7 +70,7 @@ class ShadowContext(Protocol):
     @property
     def projection(self) -> ProjectionFollower: ...
     @property
-    def adapter_contents(self) -> dict[str, bool]: ...
+    def adapters(self) -> AdapterKinds: ...
     @property
     def settings(self) -> Settings: ...
 
@@ -184,8 +184,8 @@ class ShadowCopies:
         content_id = _candidate_content(ctx, request)
         if content_id is None:
             return None
-        return await adapters.adapter_of(
-            ctx, request.route, request.candidate_release_id, content_id
+        return await ctx.adapters.adapter_of(
+            request.route, request.candidate_release_id, content_id
         )
 
     async def _system_prompt(self, ctx: ShadowContext, request: ShadowRequest) -> str | None:
@@ -283,7 +283,7 @@ def _record(
         output_tokens=usage.output_tokens,
         cache_read_input_tokens=usage.cache_read_tokens,
         cache_creation_input_tokens=usage.cache_write_tokens,
-        cost_usd=exchange_cost(request.model, usage, ctx.settings.prices),
+        cost_usd=exchange_cost(request.model, usage, ctx.settings.recording.prices),
         tags=dict(request.tags),
         shadow_of=request.served_receipt,
     )

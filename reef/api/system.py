@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from reef import __version__
 from reef.api import openapi
-from reef.api.context import AppContext, context_of, processor_group, processor_lag
+from reef.api.context import AppContext, context_of
 from reef.api.rollouts import rollout_json
 from reef.core.events import utc_now
 from reef.core.rollout_control import live_figures
@@ -77,7 +77,7 @@ async def status(request: Request) -> JSONResponse:
             {
                 "version": __version__,
                 "producer": ctx.producer,
-                "log": ctx.settings.log,
+                "log": ctx.settings.deployment.log,
                 "projection": {"healthy": ctx.projection.healthy()},
                 "scenarios": scenarios,
             }
@@ -86,7 +86,7 @@ async def status(request: Request) -> JSONResponse:
         {
             "version": __version__,
             "producer": ctx.producer,
-            "log": ctx.settings.log,
+            "log": ctx.settings.deployment.log,
             "projection": {"healthy": ctx.projection.healthy(), "digest": state.digest()},
             "processors": await _processors(ctx),
             "samples_pending": state.samples_pending(),
@@ -106,7 +106,7 @@ def _rollout(ctx: AppContext, scenario: str) -> dict[str, Any]:
     if current is None:
         return {}
     body = rollout_json(current)
-    live = ctx.live_rollouts.get(scenario)
+    live = ctx.processors.live_rollouts.get(scenario)
     if current.active and live is not None and live["rollout_id"] == current.rollout_id:
         body["figures"] = live_figures(live, utc_now())
     return {"rollout": body}
@@ -115,7 +115,7 @@ def _rollout(ctx: AppContext, scenario: str) -> dict[str, Any]:
 def _spend(ctx: AppContext, scenario: str) -> dict[str, Any]:
     """A scenario's exchanges, tokens by rate and cost, in total and per release that
     served them, while a price table is set (docs/cost.md)."""
-    if not ctx.settings.prices:
+    if not ctx.settings.recording.prices:
         return {}
     ledger = ctx.projection.state.spend
     releases = {r: spend.as_json() for r, spend in ledger.by_release(scenario).items()}
@@ -127,7 +127,7 @@ def _turns(ctx: AppContext, scenario: str) -> dict[str, Any]:
     tracked (or the log holds some)."""
     figures = ctx.projection.state.turns.get(scenario)
     if figures is None:
-        if not ctx.settings.track_sessions:
+        if not ctx.settings.sessions.track:
             return {}
         figures = TurnFigures()
     return {"turns": figures.as_json()}
@@ -135,10 +135,10 @@ def _turns(ctx: AppContext, scenario: str) -> dict[str, Any]:
 
 async def _processors(ctx: AppContext) -> dict[str, Any]:
     """Each processor's lag, from the committed offsets of the group that hosts it."""
-    lag = await processor_lag(ctx)
+    lag = await ctx.processors.read_lag()
     # the group's name on the cluster: the log namespaces groups with the topic prefix
-    prefix = ctx.settings.kafka_topic_prefix if ctx.settings.log == "kafka" else ""
+    prefix = ctx.settings.kafka.topic_prefix if ctx.settings.deployment.log == "kafka" else ""
     return {
-        name: {"host": prefix + processor_group(ctx.settings, name), "lag": topics}
+        name: {"host": prefix + ctx.processors.group(name), "lag": topics}
         for name, topics in lag.items()
     }

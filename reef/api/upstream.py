@@ -23,7 +23,7 @@ from starlette.datastructures import Headers
 from reef.api.http_client import ConnectFailed, HttpClient, HttpClientError, Reply, TimedOut
 from reef.core.errors import RequestError, UpstreamBrokeError
 from reef.core.routing import LOGPROBS_HEADER
-from reef.settings import Settings
+from reef.settings import RecordingSettings, UpstreamSettings
 
 #: client headers relayed upstream; everything else (Authorization, x-api-key, cookies,
 #: x-reef-*) stays with Reef.
@@ -93,21 +93,17 @@ class UpstreamReply:
 class Upstream:
     """Sends provider-native requests to the configured provider."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.base_url = (settings.upstream_url or "").rstrip("/")
-        self.dialect = settings.upstream_dialect
-        self.model = settings.upstream_model
-        self._key = (
-            settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        )
-        self._connect_timeout = settings.upstream_connect_timeout_s
-        self._read_timeout = settings.upstream_read_timeout_s
-        self._max_connections = settings.upstream_max_connections
+    def __init__(self, upstream: UpstreamSettings, recording: RecordingSettings) -> None:
+        self.base_url = (upstream.url or "").rstrip("/")
+        self.dialect = upstream.dialect
+        self.model = upstream.model
+        self._key = upstream.api_key.get_secret_value() if upstream.api_key else None
+        self._connect_timeout = upstream.connect_timeout_s
+        self._read_timeout = upstream.read_timeout_s
+        self._max_connections = upstream.max_connections
         #: top logprobs per token to ask an engine for (0: ids and logprobs); None: none
         self._logprobs = (
-            settings.record_top_logprobs
-            if settings.record_tokens or settings.record_top_logprobs
-            else None
+            recording.top_logprobs if recording.tokens or recording.top_logprobs else None
         )
         self._client: HttpClient | None = None
 

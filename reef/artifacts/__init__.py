@@ -52,17 +52,17 @@ __all__ = [
 
 def open_store(settings: Settings) -> ArtifactStore:
     """The artifact store the settings name (the S3 client is loaded only for S3)."""
-    if settings.artifacts == "s3":
-        if settings.s3_access_key is None or settings.s3_secret_key is None:
+    if settings.artifacts.backend == "s3":
+        if settings.s3.access_key is None or settings.s3.secret_key is None:
             raise ConfigError("artifacts: s3 needs REEF_S3_ACCESS_KEY and REEF_S3_SECRET_KEY")
         from reef.artifacts.s3 import S3ArtifactStore
 
         return S3ArtifactStore(
-            settings.s3_endpoint,
-            access_key=settings.s3_access_key.get_secret_value(),
-            secret_key=settings.s3_secret_key.get_secret_value(),
-            bucket=settings.s3_bucket,
-            region=settings.s3_region,
-            prefix=settings.s3_prefix,
+            settings.s3.endpoint,
+            access_key=settings.s3.access_key.get_secret_value(),
+            secret_key=settings.s3.secret_key.get_secret_value(),
+            bucket=settings.s3.bucket,
+            region=settings.s3.region,
+            prefix=settings.s3.prefix,
         )
-    return LocalArtifactStore.in_state_dir(settings.state_dir)
+    return LocalArtifactStore.in_state_dir(settings.deployment.state_dir)

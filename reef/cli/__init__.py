@@ -1,7 +1,7 @@
 """The ``reef`` command: one group, one module per command in this package.
 
 Sub-commands are imported when they run (or when ``reef --help`` lists them), so a
-command pays only for what it uses: ``reef stack env`` does not load the API, and
+command pays only for what it uses: ``reef status`` does not load the API, and
 ``python -m reef.cli.engine`` does not load the trainer. Options that several commands
 share live in :mod:`reef.cli.options`.
 """
@@ -29,7 +29,6 @@ COMMANDS: Final = {
     "samples": "reef.cli.samples:samples",
     "serve": "reef.cli.serve:serve",
     "sidecar": "reef.cli.sidecar:sidecar",
-    "stack": "reef.cli.stack:stack",
     "status": "reef.cli.status:status",
     "streams": "reef.cli.streams:streams",
     "topics": "reef.cli.log:topics",

@@ -26,7 +26,7 @@ from reef.wiring import readable_store
 
 async def _events(settings: Settings, topic_names: tuple[str, ...]) -> list[Event]:
     """The topics' events, readable: sealed bodies opened, erased ones without content."""
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
     async with (
         running(open_log(settings, client_id="reef-audit")) as log,
         readable_store(log, claims, open_codec(settings)) as store,

@@ -107,24 +107,28 @@ def _type_cell(field: FieldInfo) -> str:
 
 
 def settings_page() -> str:
-    from reef.settings import ENV_PREFIX, Settings
+    from reef.settings import ENV_PREFIX, PLACES, field_info
 
     rows = [
         (
             f"`{name}`",
             f"`{ENV_PREFIX}{name.upper()}`",
-            _type_cell(field),
-            _default(field),
-            cell(field.description or ""),
+            f"`{section}.{field}`",
+            _type_cell(field_info(name)),
+            _default(field_info(name)),
+            cell(field_info(name).description or ""),
         )
-        for name, field in Settings.model_fields.items()
+        for name, (section, field) in PLACES.items()
     ]
     intro = (
-        "Every setting of `reef.settings.Settings`. Sources, highest first: command-line "
-        "flags, the YAML file of `-c` (a `reef:` mapping), the environment, the defaults; "
-        "`reef serve --print-config` prints each value and where it came from."
+        "Every setting of `reef.settings.Settings`, section by section. Sources, highest "
+        "first: command-line flags, the YAML file of `-c` (a `reef:` mapping, flat names or "
+        "sections: `kafka: {bootstrap: ...}`), the environment, the defaults; `reef serve "
+        "--print-config` prints each value and where it came from. The third column is where "
+        "code reads it (`settings.kafka.bootstrap`); each component receives its section."
     )
-    return page("Settings", intro, table(("setting", "env", "type", "default", "doc"), rows))
+    columns = ("setting", "env", "in code", "type", "default", "doc")
+    return page("Settings", intro, table(columns, rows))
 
 
 # ---------------------------------------------------------------------------
@@ -135,7 +139,7 @@ def openapi_document() -> dict[str, Any]:
     from reef.settings import Settings
     from reef.wiring import create_app
 
-    document: dict[str, Any] = create_app(Settings(log="embedded", insecure=True)).openapi()
+    document: dict[str, Any] = create_app(Settings.of(log="embedded", insecure=True)).openapi()
     return document
 
 

@@ -15,6 +15,7 @@ import click
 
 from reef.cli.options import SERVER_KEEP_ALIVE_S
 from reef.engine.config import EngineConfig
+from reef.engine.sampling_defaults import SAMPLING_DEFAULTS_SOURCES, SamplingDefaultsSource
 from reef.engine.tool_parsers import PARSERS
 
 
@@ -31,7 +32,8 @@ from reef.engine.tool_parsers import PARSERS
     "--sglang-args",
     default="",
     help="--backend sglang: further launch_server flags, one string "
-    '(e.g. "--tp-size 2 --enable-lora"); the other options below --port are Reef\'s only.',
+    '(e.g. "--tp-size 2 --enable-lora"); the other options below --port are Reef\'s only, '
+    "but for --sampling-defaults, which SGLang is given too.",
 )
 @click.option(
     "--ready-timeout",
@@ -83,6 +85,15 @@ from reef.engine.tool_parsers import PARSERS
     "pythonic for the built-in models, no parsing for a folder).",
 )
 @click.option(
+    "--sampling-defaults",
+    default="model",
+    show_default=True,
+    type=click.Choice(SAMPLING_DEFAULTS_SOURCES),
+    help="What a request's omitted temperature, top-p and top-k become (SGLang's flag): "
+    "model: the folder's generation_config.json, then the API's defaults; openai: the "
+    "API's defaults (temperature 1, top-p 1, no top-k). Passed on to --backend sglang.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -102,6 +113,7 @@ def engine(
     max_concurrency: int,
     group_timeout_s: float,
     tool_call_parser: str | None,
+    sampling_defaults: SamplingDefaultsSource,
     log_level: str,
 ) -> None:
     """Serve a model over SGLang's native API and OpenAI chat completions.
@@ -112,7 +124,14 @@ def engine(
     """
     if backend == "sglang":
         _refuse_given(_REEF_ONLY, "is Reef's engine's only: pass SGLang's flag in --sglang-args")
-        run_sglang_backend(model, host, port, shlex.split(sglang_args), ready_timeout_s)
+        run_sglang_backend(
+            model,
+            host,
+            port,
+            shlex.split(sglang_args),
+            ready_timeout_s,
+            sampling_defaults=sampling_defaults if _given("sampling_defaults") else None,
+        )
         return
     _refuse_given(("sglang_args", "ready_timeout_s"), "goes with --backend sglang only")
     run(
@@ -126,6 +145,7 @@ def engine(
             max_concurrency=max_concurrency,
             group_timeout_s=group_timeout_s,
             tool_call_parser=tool_call_parser,
+            sampling_defaults=sampling_defaults,
             log_level=log_level,
         )
     )
@@ -174,21 +194,34 @@ _REEF_ONLY = (
 )
 
 
+def _given(name: str) -> bool:
+    """The option ``name`` was given on the command line (not left at its default)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
+
+
 def _refuse_given(names: tuple[str, ...], why: str) -> None:
     """Exit 2 with one line when one of ``names`` was given on the command line."""
-    context = click.get_current_context()
     for name in names:
-        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+        if _given(name):
             option = "--" + name.removesuffix("_s").replace("_", "-")
             click.echo(f"reef engine: {option} {why}", err=True)
             sys.exit(2)
 
 
 def run_sglang_backend(
-    model: str, host: str, port: int, extra_args: list[str], ready_timeout_s: float
+    model: str,
+    host: str,
+    port: int,
+    extra_args: list[str],
+    ready_timeout_s: float,
+    *,
+    sampling_defaults: str | None = None,
 ) -> None:
     """Run SGLang as a child until it ends; exit 2 with one line when it is not installed
-    or the flags conflict, else with the child's status."""
+    or the flags conflict, else with the child's status. ``sampling_defaults`` (given
+    on the command line) is SGLang's own flag, passed on; unset, SGLang keeps its default
+    (``model``, the same as Reef's)."""
     from reef.engine.errors import EngineError
     from reef.engine.sglang_launch import SglangLaunch, run_sglang, sglang_argv
     from reef.engine.sglang_launch import sglang_missing_message as missing
@@ -201,6 +234,7 @@ def run_sglang_backend(
         host=host,
         port=port,
         extra_args=tuple(extra_args),
+        sampling_defaults=sampling_defaults,
         ready_timeout_s=ready_timeout_s,
     )
     try:

@@ -33,7 +33,7 @@ def export(
 ) -> None:
     """Write SCENARIO's releases, one commit each in chain order, as a bare repo at DEST."""
     settings = settings_from(config_file, **pop_log_flags(flags)).settings
-    url = lfs_url or f"http://{settings.host}:{settings.port}/reef/lfs/{scenario}"
+    url = lfs_url or f"http://{settings.api.host}:{settings.api.port}/reef/lfs/{scenario}"
 
     async def chain() -> ApiState:
         async with running(open_log(settings, client_id="reef-git-export")) as log:

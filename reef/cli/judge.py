@@ -51,9 +51,9 @@ def judge(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    producer = settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+    producer = settings.deployment.producer_id or f"{socket.gethostname()}-{os.getpid()}"
     try:
-        config = judge_config(settings, producer, owned or None)
+        config = judge_config(settings.judge, settings.upstream, producer, owned or None)
     except ConfigError as exc:
         click.echo(f"reef judge: {exc}", err=True)
         sys.exit(2)
@@ -70,7 +70,7 @@ def judge(
             store = EventStore(
                 log,
                 open_codec(settings),
-                claims=ClaimCheck(artifacts, settings.claim_check_bytes),
+                claims=ClaimCheck(artifacts, settings.artifacts.claim_check_bytes),
                 keys=keys,
             )
             try:

@@ -42,11 +42,11 @@ def topics_create(config_file: Path | None, **flags: Any) -> None:
     async def run() -> None:
         async with running(open_log(settings)) as log:
             await log.ensure_topics(list(LOG_TOPICS))
-        click.echo(f"topics ready on {settings.log} log: {', '.join(LOG_TOPICS)}")
+        click.echo(f"topics ready on {settings.deployment.log} log: {', '.join(LOG_TOPICS)}")
 
     asyncio.run(run())
-    if settings.schema_registry_url:
-        _register_schemas(settings.schema_registry_url, settings.kafka_topic_prefix)
+    if settings.wire.schema_registry_url:
+        _register_schemas(settings.wire.schema_registry_url, settings.kafka.topic_prefix)
 
 
 def _register_schemas(url: str, topic_prefix: str) -> None:
@@ -93,7 +93,7 @@ def tail(
         async with running(open_log(settings, client_id="reef-log-tail")) as log:
             # claim-checked bodies are shown in full, fetched from the artifact store;
             # sealed ones opened with their data key (an erased record shows no content)
-            claims = ClaimCheck(artifacts, settings.claim_check_bytes)
+            claims = ClaimCheck(artifacts, settings.artifacts.claim_check_bytes)
             async with readable_store(log, claims, open_codec(settings)) as store:
                 start = None if from_beginning else await log.end_offsets(topic)
                 async for stored in store.read(

@@ -69,7 +69,7 @@ async def _find(settings: Settings, sample_id: str) -> Any:
     from reef.core.events import SampleJoined
     from reef.history import open_stream
 
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
     async with open_stream(settings, SAMPLES) as stream:
         async for record in stream:
             event = record.event

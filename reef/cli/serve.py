@@ -40,9 +40,9 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
             click.echo(f"{name:28} {value:40} ({source})")
         return
     settings = loaded.settings
-    if config_file is not None and settings.recipe_config is None:
+    if config_file is not None and settings.deployment.recipe_config is None:
         # the deployment file's `recipe:` section configures its recipe too
-        settings = settings.model_copy(update={"recipe_config": config_file})
+        settings = settings.replace(recipe_config=config_file)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -54,16 +54,20 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
     except ConfigError as exc:
         click.echo(f"reef serve: {exc}", err=True)
         sys.exit(2)
-    if settings.workers > 1:
+    if settings.api.workers > 1:
         from reef.cli.serve_workers import supervise
 
         sys.exit(supervise(settings))
-    if settings.insecure and settings.token is None and not settings.tokens.get_secret_value():
+    if (
+        settings.auth.insecure
+        and settings.auth.token is None
+        and not settings.auth.tokens.get_secret_value()
+    ):
         click.echo("WARNING: running with --insecure: no authentication on any route", err=True)
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.api.host,
+        port=settings.api.port,
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -71,13 +75,13 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
         timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
     sockets = None
-    if settings.serve_reuse_port:  # one of `reef serve --workers` (reef/cli/serve_workers.py)
+    if settings.api.reuse_port:  # one of `reef serve --workers` (reef/cli/serve_workers.py)
         from reef.cli.serve_workers import reuse_port_socket
 
-        sockets = [reuse_port_socket(settings.host, settings.port)]
+        sockets = [reuse_port_socket(settings.api.host, settings.api.port)]
     else:
         click.echo(
-            f"reef serve: {settings.log} log, listening on http://{settings.host}:{settings.port}",
+            f"reef serve: {settings.deployment.log} log, listening on http://{settings.api.host}:{settings.api.port}",
             err=True,
         )
         notice = no_upstream_notice(settings)
@@ -92,9 +96,9 @@ def serve(config_file: Path | None, print_config: bool, **flags: Any) -> None:
 
 def no_upstream_notice(settings: Settings) -> str | None:
     """What a first ``reef serve`` with no upstream serves, and what to do instead."""
-    if settings.upstream_url is not None:
+    if settings.upstream.url is not None:
         return None
-    model = settings.engine_model
+    model = settings.engine.model
     served = (
         "the built-in tiny model (untrained: gibberish until a recipe trains it)"
         if model == "tiny"

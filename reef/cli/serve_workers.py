@@ -57,15 +57,13 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
 
 def worker_settings(settings: Settings, index: int, port: int) -> Settings:
     """Worker ``index``'s settings: the supervisor's, one process each, its own role."""
-    base = settings.producer_id or f"{socket.gethostname()}-{os.getpid()}"
-    return settings.model_copy(
-        update={
-            "workers": 1,
-            "port": port,
-            "serve_reuse_port": True,
-            "serve_role": "all" if index == 0 else "api",
-            "producer_id": f"{base}-w{index}",
-        }
+    base = settings.deployment.producer_id or f"{socket.gethostname()}-{os.getpid()}"
+    return settings.replace(
+        workers=1,
+        port=port,
+        serve_reuse_port=True,
+        serve_role="all" if index == 0 else "api",
+        producer_id=f"{base}-w{index}",
     )
 
 
@@ -95,8 +93,8 @@ class _Stop:
 
 
 def supervise(settings: Settings) -> int:
-    """Run ``settings.workers`` API processes until SIGTERM/SIGINT; the exit status."""
-    if settings.upstream_url is None:
+    """Run ``settings.api.workers`` API processes until SIGTERM/SIGINT; the exit status."""
+    if settings.upstream.url is None:
         click.echo(
             "reef serve: --workers needs an upstream (--upstream-url): the local engine "
             "serves one process",
@@ -104,21 +102,23 @@ def supervise(settings: Settings) -> int:
         )
         return 2
     try:
-        held = reuse_port_socket(settings.host, settings.port)
+        held = reuse_port_socket(settings.api.host, settings.api.port)
     except OSError as exc:
-        click.echo(f"reef serve: cannot bind {settings.host}:{settings.port}: {exc}", err=True)
+        click.echo(
+            f"reef serve: cannot bind {settings.api.host}:{settings.api.port}: {exc}", err=True
+        )
         return 2
     port = held.getsockname()[1]
     workers = [
         _Worker(i, settings_environment(worker_settings(settings, i, port)))
-        for i in range(settings.workers)
+        for i in range(settings.api.workers)
     ]
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     click.echo(
-        f"reef serve: {settings.workers} workers on the {settings.log} log, "
-        f"listening on http://{settings.host}:{port}",
+        f"reef serve: {settings.api.workers} workers on the {settings.deployment.log} log, "
+        f"listening on http://{settings.api.host}:{port}",
         err=True,
     )
     try:

@@ -46,10 +46,10 @@ def sidecar(
     config = SidecarConfig(
         engine_id=engine_id or engine_url.split("://")[-1].rstrip("/"),
         scenario=scenario,
-        cache_dir=cache_dir or settings.state_dir / "engine-cache",
+        cache_dir=cache_dir or settings.deployment.state_dir / "engine-cache",
         producer=f"sidecar-{socket.gethostname()}-{os.getpid()}",
-        load_method=settings.engine_load_method,
-        push_wait_s=settings.engine_push_wait_s,
+        load_method=settings.engine.load_method,
+        push_wait_s=settings.engine.push_wait_s,
     )
 
     async def run() -> None:

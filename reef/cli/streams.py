@@ -27,7 +27,7 @@ def streams(config_file: Path | None, loglevel: str, instance_id: str | None, **
         level=loglevel.upper(),
         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
     )
-    if settings.log == "embedded":
+    if settings.deployment.log == "embedded":
         from reef.hosts.worker import run_embedded_processors
 
         with contextlib.suppress(KeyboardInterrupt):

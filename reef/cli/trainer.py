@@ -63,7 +63,7 @@ def trainer(
     async def run() -> None:
         async with running(open_log(settings, client_id="reef-trainer")) as log:
             await log.ensure_topics(list(LOG_TOPICS))
-            claims = ClaimCheck(content.store, settings.claim_check_bytes)
+            claims = ClaimCheck(content.store, settings.artifacts.claim_check_bytes)
             keys = open_keyring(log)  # opens sealed samples; erased ones are skipped
             await keys.start()
             worker = build_trainer(
@@ -74,7 +74,9 @@ def trainer(
                 partitions=owned or None,
             )
             if not worker.recipe.trains:
-                click.echo(f"reef trainer: recipe {settings.recipe} never trains", err=True)
+                click.echo(
+                    f"reef trainer: recipe {settings.deployment.recipe} never trains", err=True
+                )
                 return
             task = asyncio.create_task(worker.run())
             loop = asyncio.get_running_loop()

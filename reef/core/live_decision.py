@@ -36,8 +36,8 @@ decide on the same difference. Betting tests only the null at the boundary, with
 carrying the whole ``alpha``, and its aGRAPA bets approximate the growth-optimal (Kelly)
 bet when the candidate is better. The two roll-back tests run at ``alpha`` too (rolling
 back is the safe error). A candidate not proven better is rolled back at the deadline:
-waiting never makes an unproven candidate the head. ``tests/unit/test_live_decision.py``
-simulates the error rates.
+waiting never makes an unproven candidate the head.
+``tests/unit/reef/core/test_live_decision.py`` simulates the error rates.
 
 Pure: no clock (the caller passes the elapsed time), no I/O; the outcomes' order is the
 log's, so a replay reaches the same decision at the same outcome.

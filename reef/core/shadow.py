@@ -26,7 +26,7 @@ a shadow release (:func:`reef.core.routing.route`). The rules of its copy:
    session merging skip it), but a report may quote it (an offline grader reading the
    log) and the join makes that a sample as usual, so the rollout controller can score the
    candidate. No such sample trains: :func:`trains` is the one rule a trainer asks before a
-   sample is admitted (``trainers.consumer``), and the join marks every shadow exchange of
+   sample is admitted (``trainers.intake``), and the join marks every shadow exchange of
    a trajectory (``shadow_of``) so the rule reads it from the sample alone.
 """
 

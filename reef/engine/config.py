@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reef.engine.sampling_defaults import SamplingDefaultsSource
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
@@ -25,6 +27,10 @@ class EngineConfig:
     group_timeout_s: float = 300.0
     #: ``max_new_tokens`` when a request gives none (SGLang's default)
     default_max_new_tokens: int = 128
+    #: SGLang's ``--sampling-defaults``: what a request's omitted temperature, top-p and
+    #: top-k become; ``model``: the folder's ``generation_config.json``, then the API's
+    #: defaults; ``openai``: the API's (:mod:`reef.engine.sampling_defaults`)
+    sampling_defaults: SamplingDefaultsSource = "model"
     #: SGLang's ``--tool-call-parser`` (``qwen25``, ``hermes``, ``llama3``, ``pythonic``);
     #: unset: the built-in models' ``pythonic``, and no parsing for a model folder
     tool_call_parser: str | None = None

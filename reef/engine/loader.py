@@ -5,6 +5,7 @@ Folders are read with ``local_files_only``: the engine never reaches a model hub
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reef.engine.errors import EngineError, WeightLoadError
 from reef.engine.model import EngineModel
+from reef.engine.sampling_defaults import NO_MODEL_DEFAULTS, SamplingDefaults, defaults_of
 from reef.modelkit.folders import check_model_pair
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model, build_tokenizer
 
 DEFAULT_CONTEXT = 2048
+GENERATION_CONFIG = "generation_config.json"
 
 
 def _from_folder(path: Path, device: torch.device) -> tuple[torch.nn.Module, Any]:
@@ -47,8 +50,9 @@ def _private(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def load_engine_model(spec: str, *, device: str, weight_version: str) -> EngineModel:
-    """Build or read the model and its tokenizer and place the model on ``device``; a
-    CUDA device this machine lacks is an :class:`EngineError`, before any loading."""
+    """Build or read the model, its tokenizer and its sampling defaults, and place the
+    model on ``device``; a CUDA device this machine lacks is an :class:`EngineError`,
+    before any loading."""
     target = torch.device(device)
     if target.type == "cuda" and (target.index or 0) >= torch.cuda.device_count():
         raise EngineError(
@@ -60,7 +64,11 @@ def load_engine_model(spec: str, *, device: str, weight_version: str) -> EngineM
     else:
         model, tokenizer = _from_folder(Path(spec), target)
     return EngineModel(
-        model.to(target).eval(), tokenizer, model_path=spec, weight_version=weight_version
+        model.to(target).eval(),
+        tokenizer,
+        model_path=spec,
+        weight_version=weight_version,
+        sampling_defaults=generation_defaults(spec),
     )
 
 
@@ -83,3 +91,22 @@ def eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
     if isinstance(tokenizer.eos_token_id, int):
         found.add(tokenizer.eos_token_id)
     return frozenset(found)
+
+
+def generation_defaults(spec: str) -> SamplingDefaults:
+    """The sampling defaults the model folder's ``generation_config.json`` sets (none for
+    a built-in model or a folder without the file). The file itself is read, not the
+    model's ``generation_config``: transformers 4 fills fields the file leaves out with
+    its own defaults (top-k 50), which the folder never asked for."""
+    if spec in BUILTIN_MODELS:
+        return NO_MODEL_DEFAULTS
+    path = Path(spec) / GENERATION_CONFIG
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return NO_MODEL_DEFAULTS
+    except (OSError, ValueError) as exc:
+        raise WeightLoadError(f"cannot read {str(path)!r}: {exc}") from exc
+    if not isinstance(values, dict):
+        raise WeightLoadError(f"{str(path)!r} is not a JSON object")
+    return defaults_of(values)

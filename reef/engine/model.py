@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from reef.engine.errors import AdapterError, WeightLoadError
+from reef.engine.sampling_defaults import NO_MODEL_DEFAULTS, SamplingDefaults
 from reef.modelkit.adapters import merge_adapter
 from reef.modelkit.tiny import BUILTIN_MODELS, build_model
 from reef.modelkit.weights import (
@@ -120,13 +121,22 @@ class Snapshot:
 
 
 class EngineModel:
-    """Holds the tokenizer and the current :class:`Snapshot`; applies updates."""
+    """Holds the tokenizer, the folder's sampling defaults and the current
+    :class:`Snapshot`; applies updates."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: Any, *, model_path: str, weight_version: str
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        model_path: str,
+        weight_version: str,
+        sampling_defaults: SamplingDefaults = NO_MODEL_DEFAULTS,
     ) -> None:
         self.tokenizer = tokenizer
         self.model_path = model_path
+        #: what the loaded folder's generation config sets; weight updates keep it
+        self.sampling_defaults = sampling_defaults
         self.device = next(model.parameters()).device
         self._lock = threading.Lock()
         self._updating = threading.Lock()

@@ -79,9 +79,11 @@ class UnloadLoRAAdapterReqInput(_Request):
 
 class SamplingParams(_Request):
     max_new_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    #: unset: the model's default, else SGLang's (1.0, 1.0, -1): see
+    #: :mod:`reef.engine.sampling_defaults`
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False

@@ -28,7 +28,6 @@ from reef.core.dialogue.model import Conversation
 from reef.core.dialogue.records import conversation_of
 from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.errors import EngineError
-from reef.engine.generation import Sampling
 from reef.engine.routes_native import runtime_of
 from reef.engine.routes_openai import meta_info
 from reef.engine.runtime import EngineRuntime, GenerationRequest
@@ -40,8 +39,8 @@ from reef.engine.turns import (
     Turn,
     adapter_named,
     answer_of,
+    body_sampling,
     json_body,
-    number,
     pieces,
     token_limit,
     token_record,
@@ -60,16 +59,6 @@ def _conversation(body: dict[str, Any]) -> Conversation:
     return conversation
 
 
-def _sampling(body: dict[str, Any], default_max_tokens: int) -> Sampling:
-    return Sampling(
-        max_new_tokens=token_limit(body, "max_tokens", default_max_tokens),
-        temperature=number(body, "temperature", 1.0),
-        top_p=number(body, "top_p", 1.0),
-        top_k=int(number(body, "top_k", -1)),
-        stop=stops(body.get("stop_sequences")),
-    )
-
-
 def _prepared(
     body: dict[str, Any], request: Request, top: int | None
 ) -> tuple[GenerationRequest, Turn]:
@@ -77,7 +66,12 @@ def _prepared(
     turn = turn_of(_conversation(body), runtime, "anthropic")
     generation = GenerationRequest(
         prompt_ids=turn.prompt_ids,
-        sampling=_sampling(body, runtime.config.default_max_new_tokens),
+        sampling=body_sampling(
+            body,
+            runtime.sampling_defaults,
+            max_new_tokens=token_limit(body, "max_tokens", runtime.config.default_max_new_tokens),
+            stop=stops(body.get("stop_sequences")),
+        ),
         adapter=adapter_named(str(body.get("model") or ""), None, runtime),
         release=request.headers.get(SERVE_RELEASE_HEADER) or None,
         top_logprobs=top or 0,

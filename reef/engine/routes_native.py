@@ -285,11 +285,11 @@ def _body(
     runtime: EngineRuntime,
     rid: str,
     version: str,
+    sampling: Sampling,
     completion: Completion,
     started: float,
     final: bool,
 ) -> dict[str, Any]:
-    sampling = native_sampling(body.sampling_params, runtime.config.default_max_new_tokens)
     text = visible_text(
         runtime.decode(completion.output_ids), sampling, completion if final else None
     )
@@ -318,7 +318,8 @@ async def generate(body: GenerateReqInput, request: Request) -> JSONResponse | S
     generation = _generation_request(body, runtime, request.headers.get(SERVE_RELEASE_HEADER))
     if not body.stream:
         version, completion = await runtime.complete(generation)
-        return JSONResponse(_body(body, runtime, rid, version, completion, started, True))
+        sampling = generation.sampling
+        return JSONResponse(_body(body, runtime, rid, version, sampling, completion, started, True))
 
     events = runtime.stream(generation)
     version, first = await anext(events)
@@ -332,7 +333,9 @@ async def generate(body: GenerateReqInput, request: Request) -> JSONResponse | S
                 partial_completion = item
             else:
                 partial_completion.steps.append(item)
-            chunk = _body(body, runtime, rid, version, partial_completion, started, final)
+            chunk = _body(
+                body, runtime, rid, version, generation.sampling, partial_completion, started, final
+            )
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
             if final:
                 break

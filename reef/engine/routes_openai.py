@@ -70,7 +70,9 @@ def _generation_request(
     top = body.top_logprobs or 0
     generation = GenerationRequest(
         prompt_ids=turn.prompt_ids,
-        sampling=chat_sampling(body, runtime.config.default_max_new_tokens),
+        sampling=chat_sampling(
+            body, runtime.config.default_max_new_tokens, runtime.sampling_defaults
+        ),
         adapter=adapter_named(body.model, body.lora_path, runtime),
         release=release or None,
         top_logprobs=top if body.logprobs else 0,

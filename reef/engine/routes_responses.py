@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from reef.core.dialogue.records import conversation_of
 from reef.core.routing import SERVE_RELEASE_HEADER
 from reef.engine.errors import EngineError
-from reef.engine.generation import Completion, Sampling
+from reef.engine.generation import Completion
 from reef.engine.routes_native import runtime_of
 from reef.engine.routes_openai import meta_info
 from reef.engine.runtime import EngineRuntime, GenerationRequest
@@ -38,8 +38,8 @@ from reef.engine.turns import (
     Turn,
     adapter_named,
     answer_of,
+    body_sampling,
     json_body,
-    number,
     pieces,
     token_limit,
     token_record,
@@ -68,10 +68,10 @@ def _prepared(
         raise EngineError("the request carries no input")
     runtime = runtime_of(request)
     turn = turn_of(conversation, runtime, "responses")
-    sampling = Sampling(
+    sampling = body_sampling(
+        body,
+        runtime.sampling_defaults,
         max_new_tokens=token_limit(body, "max_output_tokens", TO_CONTEXT_END),
-        temperature=number(body, "temperature", 1.0),
-        top_p=number(body, "top_p", 1.0),
     )
     generation = GenerationRequest(
         prompt_ids=turn.prompt_ids,

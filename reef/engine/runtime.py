@@ -24,6 +24,7 @@ from reef.engine.generation import Completion, Decoder, Sampling, Step
 from reef.engine.group import WeightsUpdateGroup
 from reef.engine.loader import context_window, eos_ids
 from reef.engine.model import EngineModel, Snapshot
+from reef.engine.sampling_defaults import NO_MODEL_DEFAULTS
 from reef.engine.tensor_wire import deserialize_named_tensors
 
 
@@ -52,6 +53,10 @@ class EngineRuntime:
         base = model.snapshot().base
         self._eos = eos_ids(base, model.tokenizer)
         self._context = context_window(base)
+        #: what a request's omitted temperature, top-p and top-k become (before the API's)
+        self.sampling_defaults = (
+            model.sampling_defaults if config.sampling_defaults == "model" else NO_MODEL_DEFAULTS
+        )
 
     @property
     def tokenizer(self) -> Any:

@@ -2,8 +2,9 @@
 
 Read from sgl-project/sglang (``python/sglang/launch_server.py`` at 046a9e4, and
 ``python/sglang/srt/entrypoints/http_server.py`` of the same era): the server is started
-with ``python -m sglang.launch_server --model-path … --host … --port …`` (any other
-``ServerArgs`` flag passes through); ``GET /health`` answers 503 while the server is
+with ``python -m sglang.launch_server --model-path … --host … --port …`` (and
+``--sampling-defaults …`` when ``reef engine`` is given its own; any other ``ServerArgs``
+flag passes through); ``GET /health`` answers 503 while the server is
 starting and 200 once it serves; ``GET /get_model_info`` answers the model path. Reef's
 own engine answers the same routes, which is what the sidecar drives either way.
 
@@ -34,6 +35,8 @@ from reef.engine.errors import EngineError, EngineUnavailableError
 
 #: flags the launcher sets itself; ``--sglang-args`` may not repeat them
 RESERVED_FLAGS = ("--model-path", "--host", "--port")
+#: SGLang's flag that ``reef engine --sampling-defaults`` becomes
+SAMPLING_DEFAULTS_FLAG = "--sampling-defaults"
 _POLL_S = 0.5
 
 
@@ -46,6 +49,9 @@ class SglangLaunch:
     port: int = 30000
     #: further ``sglang.launch_server`` flags, passed through unchanged
     extra_args: tuple[str, ...] = ()
+    #: ``reef engine --sampling-defaults``, passed on as SGLang's own flag; unset: not
+    #: passed (SGLang's default, ``model``, is Reef's)
+    sampling_defaults: str | None = None
     #: the interpreter that runs SGLang (the one running Reef)
     python: str = sys.executable
     #: seconds to wait for ``/health`` and ``/get_model_info`` (large models load slowly)
@@ -58,12 +64,16 @@ class SglangLaunch:
 
 
 def sglang_argv(launch: SglangLaunch) -> list[str]:
-    """The child's command line (EngineError when ``extra_args`` repeats a reserved flag)."""
+    """The child's command line (EngineError when ``extra_args`` repeats a flag the
+    launcher sets: the reserved ones, and ``--sampling-defaults`` when Reef's is given)."""
+    passed: tuple[str, ...] = ()
+    if launch.sampling_defaults is not None:
+        passed = (SAMPLING_DEFAULTS_FLAG, launch.sampling_defaults)
+    taken = (*RESERVED_FLAGS, *passed[:1])
     for arg in launch.extra_args:
-        if arg.split("=", 1)[0] in RESERVED_FLAGS:
-            raise EngineError(
-                f"--sglang-args may not set {arg.split('=', 1)[0]}: use reef's option"
-            )
+        flag = arg.split("=", 1)[0]
+        if flag in taken:
+            raise EngineError(f"--sglang-args may not set {flag}: use reef's option")
     return [
         launch.python,
         "-m",
@@ -74,6 +84,7 @@ def sglang_argv(launch: SglangLaunch) -> list[str]:
         launch.host,
         "--port",
         str(launch.port),
+        *passed,
         *launch.extra_args,
     ]
 

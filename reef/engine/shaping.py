@@ -1,6 +1,8 @@
 """From request bodies to :class:`Sampling`, and from a :class:`Completion` to SGLang fields.
 
 Shared by the native (``/generate``) and the OpenAI (``/v1/chat/completions``) routes.
+Sampling a request omits comes from the model's defaults
+(:mod:`reef.engine.sampling_defaults`), as on the Anthropic and Responses routes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from reef.engine.generation import Completion, Sampling
 from reef.engine.protocol import ChatCompletionRequest, SamplingParams
+from reef.engine.sampling_defaults import NO_MODEL_DEFAULTS, SamplingDefaults
 
 
 def stops(stop: Any) -> tuple[str, ...]:
@@ -22,14 +25,17 @@ def stops(stop: Any) -> tuple[str, ...]:
 
 
 def native_sampling(params: SamplingParams, default_max_new_tokens: int) -> Sampling:
-    """SGLang ``sampling_params`` → :class:`Sampling`."""
+    """SGLang ``sampling_params`` → :class:`Sampling`. As in SGLang, the model's sampling
+    defaults apply to the OpenAI-style routes only: what a native request omits of
+    temperature, top-p and top-k is SGLang's own default (1.0, 1.0, -1)."""
+    defaults = NO_MODEL_DEFAULTS
     return Sampling(
         max_new_tokens=(
             default_max_new_tokens if params.max_new_tokens is None else params.max_new_tokens
         ),
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
+        temperature=defaults.temperature_for(params.temperature),
+        top_p=defaults.top_p_for(params.top_p),
+        top_k=defaults.top_k_for(params.top_k),
         stop=stops(params.stop),
         stop_token_ids=frozenset(params.stop_token_ids or ()),
         ignore_eos=params.ignore_eos,
@@ -37,14 +43,17 @@ def native_sampling(params: SamplingParams, default_max_new_tokens: int) -> Samp
     )
 
 
-def chat_sampling(request: ChatCompletionRequest, default_max_new_tokens: int) -> Sampling:
-    """OpenAI chat parameters → :class:`Sampling` (OpenAI's defaults: temperature 1)."""
+def chat_sampling(
+    request: ChatCompletionRequest, default_max_new_tokens: int, defaults: SamplingDefaults
+) -> Sampling:
+    """OpenAI chat parameters → :class:`Sampling`; what they omit of temperature, top-p and
+    top-k comes from ``defaults`` (the model's, then OpenAI's: temperature 1)."""
     limit = request.max_completion_tokens or request.max_tokens
     return Sampling(
         max_new_tokens=default_max_new_tokens if limit is None else limit,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        top_k=-1 if request.top_k is None else request.top_k,
+        temperature=defaults.temperature_for(request.temperature),
+        top_p=defaults.top_p_for(request.top_p),
+        top_k=defaults.top_k_for(request.top_k),
         stop=stops(request.stop),
         ignore_eos=request.ignore_eos,
         seed=request.seed,

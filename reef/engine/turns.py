@@ -28,6 +28,7 @@ from reef.core.routing import LOGPROBS_HEADER
 from reef.engine.errors import EngineError
 from reef.engine.generation import Completion, Sampling, Step
 from reef.engine.runtime import EngineRuntime
+from reef.engine.sampling_defaults import SamplingDefaults
 from reef.engine.shaping import visible_text
 from reef.engine.tool_parsers import Parsed, ParsedCall, ToolCallParser, parser_for
 
@@ -168,14 +169,35 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def number(body: Mapping[str, Any], key: str, default: float) -> float:
-    """A numeric field of a request body (a 400 when it is not a number)."""
+def number(body: Mapping[str, Any], key: str) -> float | None:
+    """A numeric field of a request body; None when it is absent or null (a 400 when it
+    is not a number)."""
     value = body.get(key)
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise EngineError(f"{key} must be a number")
     return float(value)
+
+
+def body_sampling(
+    body: Mapping[str, Any],
+    defaults: SamplingDefaults,
+    *,
+    max_new_tokens: int,
+    stop: tuple[str, ...] = (),
+) -> Sampling:
+    """A JSON body's ``temperature``, ``top_p`` and ``top_k`` (Anthropic's; on Responses
+    ``top_k`` is SGLang's extension) as :class:`Sampling`; what the body omits comes from
+    ``defaults`` (the model's, then the API's)."""
+    top_k = number(body, "top_k")
+    return Sampling(
+        max_new_tokens=max_new_tokens,
+        temperature=defaults.temperature_for(number(body, "temperature")),
+        top_p=defaults.top_p_for(number(body, "top_p")),
+        top_k=defaults.top_k_for(None if top_k is None else int(top_k)),
+        stop=stop,
+    )
 
 
 def token_record(body: Mapping[str, Any], headers: Mapping[str, str]) -> int | None:

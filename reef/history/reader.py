@@ -239,7 +239,7 @@ async def open_stream(
     undecodable: Undecodable = "raise",
 ) -> AsyncIterator[EventStream]:
     """The deployment's events (its log, key ring and artifact store, from ``settings``)."""
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
     async with (
         running(open_log(settings, client_id="reef-stream")) as log,
         readable_store(log, claims, open_codec(settings)) as store,

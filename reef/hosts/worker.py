@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from reef.catalog import processors
 from reef.hosts import READY_LINE
@@ -37,7 +39,9 @@ POLL_SECONDS = 0.02
 
 async def run_embedded_processors(settings: Settings) -> None:
     """Host every processor on the embedded log until cancelled."""
-    log = EmbeddedLog(settings.state_dir / "log.sqlite3", partitions=settings.partitions)
+    log = EmbeddedLog(
+        settings.deployment.state_dir / "log.sqlite3", partitions=settings.deployment.partitions
+    )
     await log.start()
     store = EventStore(log, open_codec(settings))  # decodes inputs, encodes outputs
     runtimes = [
@@ -58,39 +62,100 @@ async def run_embedded_processors(settings: Settings) -> None:
 def settings_environment(settings: Settings) -> dict[str, str]:
     """The settings as ``REEF_*`` variables, so a child process reads exactly these."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
+    for name, value in settings.flat().items():
         if value is None:
             continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[ENV_PREFIX + name.upper()] = (
-            str(value).lower() if isinstance(value, bool) else str(value)
-        )
+        env[ENV_PREFIX + name.upper()] = environment_value(value)
     return env
+
+
+def environment_value(value: object) -> str:
+    """``value`` written as :func:`reef.settings.read_env` reads it back."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):  # a comma-separated list
+        return ",".join(str(item) for item in value)
+    if isinstance(value, dict):  # JSON text (prices)
+        return json.dumps(
+            {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in value.items()}
+        )
+    return str(value)
+
+
+#: the wait before starting the child again, doubled while it keeps exiting, up to the cap
+RESTART_BACKOFF_S = (1.0, 30.0)
+#: a child that ran this long counts as healthy: the next restart waits the shortest time
+HEALTHY_RUN_S = 60.0
 
 
 @contextlib.asynccontextmanager
 async def processor_process(settings: Settings) -> AsyncIterator[None]:
-    """``reef streams --log embedded`` as a child for the block (terminated after)."""
-    argv = [sys.executable, "-m", "reef.cli", "streams"]
-    process, log = await asyncio.to_thread(
-        _spawn, argv, settings_environment(settings), settings.state_dir / "logs" / "streams.log"
+    """``reef streams --log embedded`` as a supervised child for the block: when it exits
+    (killed, out of memory, a bug), it is started again, after a wait that doubles while
+    it keeps exiting; the processors resume from the positions they committed, so nothing
+    is joined twice. Terminated after the block."""
+    child = _Child(
+        [sys.executable, "-m", "reef.cli", "streams"],
+        settings_environment(settings),
+        settings.deployment.state_dir / "logs" / "streams.log",
     )
+    await child.start()
+    supervisor = asyncio.create_task(child.supervise(), name="processors-supervisor")
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            await asyncio.to_thread(process.wait, 15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        supervisor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await supervisor
+        await child.stop()
 
 
-def _spawn(
-    argv: list[str], env: dict[str, str], log_path: Path
-) -> tuple[subprocess.Popen[bytes], BinaryIO]:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = log_path.open("ab")
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), log
+class _Child:
+    """One child process, its output appended to a log file, started again by
+    :meth:`supervise` whenever it exits."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self._argv, self._env, self._log_path = argv, env, log_path
+        self._process: asyncio.subprocess.Process | None = None
+        self._log: BinaryIO | None = None
+
+    async def start(self) -> None:
+        if self._log is None:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = self._log_path.open("ab")
+        self._process = await asyncio.create_subprocess_exec(
+            *self._argv, env=self._env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    async def supervise(self) -> None:
+        wait, cap = RESTART_BACKOFF_S
+        while True:
+            assert self._process is not None
+            started = time.monotonic()
+            code = await self._process.wait()
+            if time.monotonic() - started >= HEALTHY_RUN_S:
+                wait = RESTART_BACKOFF_S[0]
+            logger.warning(
+                "the embedded processors (pid %d) exited with %s; starting them again in "
+                "%.0f s (their output: %s)",
+                self._process.pid,
+                code,
+                wait,
+                self._log_path,
+            )
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, cap)
+            await self.start()
+
+    async def stop(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.terminate()
+            try:
+                await asyncio.wait_for(self._process.wait(), 15)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+        if self._log is not None:
+            self._log.close()

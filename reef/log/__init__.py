@@ -14,20 +14,22 @@ __all__ = ["EventLog", "LogRecord", "PendingAppend", "Position", "open_log", "ru
 
 def open_log(settings: Settings, *, client_id: str = "reef") -> EventLog:
     """The adapter the settings name (not yet started)."""
-    if settings.log == "kafka":
+    if settings.deployment.log == "kafka":
         from reef.log.kafka import KafkaLog
 
         return KafkaLog(
-            settings.kafka_bootstrap,
-            partitions=settings.partitions,
+            settings.kafka.bootstrap,
+            partitions=settings.deployment.partitions,
             client_id=client_id,
-            topic_prefix=settings.kafka_topic_prefix,
-            append_timeout_s=settings.kafka_append_timeout_s,
-            topic_configs={KEYS: key_topic_configs(settings.key_topic_segment_ms)},
+            topic_prefix=settings.kafka.topic_prefix,
+            append_timeout_s=settings.kafka.append_timeout_s,
+            topic_configs={KEYS: key_topic_configs(settings.kafka.key_topic_segment_ms)},
         )
     from reef.log.embedded import EmbeddedLog
 
-    return EmbeddedLog(settings.state_dir / "log.sqlite3", partitions=settings.partitions)
+    return EmbeddedLog(
+        settings.deployment.state_dir / "log.sqlite3", partitions=settings.deployment.partitions
+    )
 
 
 @contextlib.asynccontextmanager

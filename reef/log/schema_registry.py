@@ -1,7 +1,7 @@
 """A Confluent Schema Registry client, and the registration of Reef's schemas in one.
 
 Any registry that speaks the Confluent API works (Confluent's, Karapace, Apicurio's
-``/apis/ccompat/v7``; the local stack runs Apicurio, see :mod:`reef.stack.registry`).
+``/apis/ccompat/v7``; the local stack runs Apicurio, see :mod:`reef_dev.stack.registry`).
 Library errors are translated here, once: an unreachable registry or an error answer
 is a :class:`SchemaRegistryError`, a version refused by the subject's compatibility
 rule (HTTP 409) an :class:`IncompatibleSchemaError`.

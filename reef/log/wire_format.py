@@ -35,18 +35,18 @@ WIRE_FORMATS: Final[tuple[WireFormat, ...]] = ("single-object", "confluent")
 
 def open_codec(settings: Settings) -> EventCodec:
     """The codec every store and host of this process encodes and decodes with."""
-    url = settings.schema_registry_url
+    url = settings.wire.schema_registry_url
     if url is None:
-        if settings.wire_format == "confluent":
+        if settings.wire.format == "confluent":
             raise ConfigError(
                 "wire_format confluent needs a schema registry: set schema_registry_url "
                 "(--schema-registry-url, REEF_SCHEMA_REGISTRY_URL)"
             )
         return EventCodec()
     lookup = RegistrySchemas(url)
-    if settings.wire_format == "single-object":
+    if settings.wire.format == "single-object":
         return EventCodec(schema_by_id=lookup)
-    ids = current_schema_ids(url, settings.kafka_topic_prefix)
+    ids = current_schema_ids(url, settings.kafka.topic_prefix)
     return EventCodec(schema_ids=ids, schema_by_id=lookup)
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from reef.core.errors import ConfigError
 from reef.core.events import InferenceRecorded
 from reef.observability import genai
-from reef.settings import Settings
+from reef.settings import OtelSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -233,7 +233,7 @@ def _parent(headers: Mapping[str, str]) -> Any:
     return TraceContextTextMapPropagator().extract(headers)
 
 
-def _provider(settings: Settings) -> TracerProvider:
+def _provider(otel: OtelSettings) -> TracerProvider:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -243,20 +243,20 @@ def _provider(settings: Settings) -> TracerProvider:
         raise ConfigError(
             "otel_enabled needs the OpenTelemetry SDK: pip install 'reef[otel]'"
         ) from exc
-    provider = TracerProvider(resource=Resource.create({"service.name": settings.otel_service}))
-    exporter = OTLPSpanExporter(endpoint=f"{settings.otel_endpoint.rstrip('/')}/v1/traces")
+    provider = TracerProvider(resource=Resource.create({"service.name": otel.service}))
+    exporter = OTLPSpanExporter(endpoint=f"{otel.endpoint.rstrip('/')}/v1/traces")
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
     return provider
 
 
 @contextlib.asynccontextmanager
-async def open_tracing(settings: Settings, provider_name: str) -> AsyncIterator[Tracing | None]:
+async def open_tracing(otel: OtelSettings, provider_name: str) -> AsyncIterator[Tracing | None]:
     """The process's :class:`Tracing` while it serves (None when tracing is off);
     finished spans still queued are exported on exit, off the event loop."""
-    if not settings.otel_enabled:
+    if not otel.enabled:
         yield None
         return
-    provider = _provider(settings)
+    provider = _provider(otel)
     try:
         yield Tracing(provider.get_tracer("reef"), provider_name)
     finally:

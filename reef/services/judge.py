@@ -53,7 +53,7 @@ from reef.services.judge_client import (
     loads,
 )
 from reef.services.supervision import FIRST_BACKOFF_S
-from reef.settings import Settings
+from reef.settings import JudgeSettings, Settings, UpstreamSettings
 
 logger = logging.getLogger("reef.judge")
 
@@ -75,31 +75,34 @@ def first_judgements(events: Iterable[Any]) -> list[TurnJudged]:
 
 
 def judge_config(
-    settings: Settings, producer: str, partitions: tuple[int, ...] | None = None
+    judge: JudgeSettings,
+    upstream: UpstreamSettings,
+    producer: str,
+    partitions: tuple[int, ...] | None = None,
 ) -> JudgeConfig | None:
     """The deployment's judge (None without an endpoint: no judge URL and no upstream).
 
     The judge speaks OpenAI chat completions or SGLang's ``/generate``
     (``judge_dialect``): an Anthropic upstream needs a judge URL."""
-    url = settings.judge_url or settings.upstream_url
+    url = judge.url or upstream.url
     if url is None:
         return None
-    if settings.judge_url is None and settings.upstream_dialect != "openai":
+    if judge.url is None and upstream.dialect != "openai":
         raise ConfigError("judge_turns: set judge_url (the upstream does not speak OpenAI chat)")
-    key = settings.judge_api_key or (None if settings.judge_url else settings.upstream_api_key)
+    key = judge.api_key or (None if judge.url else upstream.api_key)
     return JudgeConfig(
         url=url,
-        model=settings.judge_model,
+        model=judge.model,
         producer=producer,
         api_key=key.get_secret_value() if key is not None else None,
-        votes=settings.judge_votes,
-        hints=settings.judge_hints,
-        concurrency=settings.judge_concurrency,
-        timeout_s=settings.judge_timeout_s,
-        max_tokens=settings.judge_max_tokens,
-        temperature=settings.judge_temperature,
+        votes=judge.votes,
+        hints=judge.hints,
+        concurrency=judge.concurrency,
+        timeout_s=judge.timeout_s,
+        max_tokens=judge.max_tokens,
+        temperature=judge.temperature,
         partitions=partitions,
-        dialect=settings.judge_dialect,
+        dialect=judge.dialect,
     )
 
 
@@ -308,8 +311,10 @@ async def in_process_judge(
 ) -> AsyncIterator[Judge | None]:
     """The judge as a supervised task of the app; None unless sessions are tracked and
     ``judge_turns`` is on with an endpoint (``settings``: with the serving upstream)."""
-    config = judge_config(settings, producer) if settings.judge_turns else None
-    if config is None or not settings.track_sessions:
+    config = (
+        judge_config(settings.judge, settings.upstream, producer) if settings.judge.turns else None
+    )
+    if config is None or not settings.sessions.track:
         yield None
         return
     async with running_judge(store, config) as judge:

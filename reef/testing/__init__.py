@@ -1,7 +1,9 @@
-"""Helpers for testing and benchmarking a Reef deployment (like ``django.test``).
+"""Stand-in providers and process launchers for trying and testing a Reef deployment.
 
-Shared by the test suite (``tests/``), the benchmarks (``bench/``) and the tutorials;
-never imports the first two. One responsibility per module:
+``reef demo``, the tutorials, the test suite (``tests/``) and the benchmarks (``bench/``)
+share them; they never import the last two. The development-only tools (the local stack,
+load and statistics, synthetic events) are in ``reef_dev``, outside the wheel. One
+responsibility per module:
 
 * :mod:`reef.testing.servers`: ``reef serve`` and the scripted upstream as real
   processes on loopback (spawning, readiness, stopping).
@@ -11,7 +13,5 @@ never imports the first two. One responsibility per module:
   in each dialect (for the real agent CLIs' tests).
 * :mod:`reef.testing.harness_upstream`: the scripted stand-in as a tiny agent world
   whose answers depend on the harness (harness tests, the tutorial, benchmarks).
-* :mod:`reef.testing.load`: steady client load against a running deployment.
-* :mod:`reef.testing.stats`: percentiles and slopes of measurements (soak verdicts).
-* :mod:`reef.testing.events`: synthetic event builders (exchanges, reports, releases).
+* :mod:`reef.testing.judge_upstream`: the scripted stand-in for a judge model.
 """

@@ -185,7 +185,7 @@ class ReefProcess:
         """The server's artifact store, which a reader on its log needs: bodies stored as
         blocks are assembled from it, claim-checked ones fetched."""
         settings = load_settings({"state_dir": self.state_dir}, environ=self.env).settings
-        return ClaimCheck(open_store(settings), settings.claim_check_bytes)
+        return ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
 
 
 def wait_healthy(managed: ManagedProcess, base_url: str, timeout: float) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = ("reef", "streams", "recipes", "trainers", "bench")
+PROJECT = ("reef", "streams", "recipes", "trainers", "reef_dev", "bench")
 SCRIPTS = sorted((ROOT / "bench").glob("*.py"))
 
 

@@ -2,7 +2,7 @@
 
 Every third-party module imported anywhere in reef/, streams/, recipes/ and trainers/
 (at any depth: lazy imports inside functions count) belongs to a distribution declared
-in ``[project] dependencies`` or in the ``engine`` / ``otel`` extra, and every
+in ``[project] dependencies`` or in the ``engine`` / ``otel`` / ``contracts`` extra, and every
 distribution declared there is imported somewhere. Distributions are matched to import
 names through this environment's installed metadata. What a plain install (no extras)
 can import is checked at run time by tests/e2e/test_wheel_install.py.
@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reef", "streams", "recipes", "trainers")
-EXTRAS = ("engine", "otel")
+EXTRAS = ("engine", "otel", "contracts")
 #: imported for type checkers only (``if TYPE_CHECKING:``): their stubs, no distribution
 TYPING_ONLY = frozenset({"_typeshed"})
 

@@ -1,6 +1,6 @@
 """The layer rules, checked over every import of every source module.
 
-An AST walk over reef/, streams/, recipes/, trainers/, tests/ and bench/ sees every
+An AST walk over reef/, streams/, recipes/, trainers/, reef_dev/, tests/ and bench/ sees every
 import: at module level, inside functions and under ``if TYPE_CHECKING:`` alike.
 Relative imports are resolved, and a name imported from a first-party *package* is
 followed to the module that defines it, so ``from reef.artifacts import
@@ -17,8 +17,12 @@ LocalArtifactStore`` counts as an import of ``reef.artifacts.local``.
 - R5 no ``isinstance(x, C)`` with ``C`` an adapter class outside the adapter's package.
 - R6 every exception class of the product is named in the tree drawn in the docstring
   of reef/core/errors.py.
-- R7 tests import product code, tests.support and tests.contract* only (never a
-  ``test_*`` or ``conftest`` module); bench/ never imports ``tests``.
+- R7 tests import product code, the development tools (reef_dev), tests.support and
+  tests.contract* only (never a ``test_*`` or ``conftest`` module); bench/ never imports
+  ``tests``.
+- R8 the product (what the wheel ships) never imports the development tools
+  (``reef_dev``: the local stack, load tools, synthetic events), nor does reef_dev import
+  ``tests`` or ``bench``.
 
 Today's violations are allow-listed, one ``ALLOWED_R*`` constant per rule, keyed
 without line numbers so unrelated edits do not disturb them. A new violation fails its
@@ -45,7 +49,7 @@ from typing import Final
 import pytest
 
 REPO: Final = Path(__file__).resolve().parents[2]
-ROOTS: Final = ("reef", "streams", "recipes", "trainers", "tests", "bench")
+ROOTS: Final = ("reef", "streams", "recipes", "trainers", "reef_dev", "tests", "bench")
 PRODUCT: Final = ("reef", "streams", "recipes", "trainers")
 FIRST_PARTY: Final = frozenset(ROOTS)
 
@@ -85,6 +89,8 @@ ERROR_TREES: Final = (
 #: R5 and R6 are about the product (a test may assert which adapter a factory chose)
 ISINSTANCE_SCOPE: Final = PRODUCT
 EXCEPTION_SCOPE: Final = PRODUCT
+#: tests that ship with the product (run by adapters' authors): tests for R5 and R6
+CONTRACT_SUITES: Final = ("reef.contracts",)
 
 # ---------------------------------------------------------------- today's allow-lists
 # Delete an entry when its seam is fixed; the test says which ones are stale.
@@ -104,6 +110,8 @@ ALLOWED_R5: Final[tuple[tuple[str, str], ...]] = ()
 ALLOWED_R6: Final[tuple[tuple[str, str], ...]] = ()
 #: (file, imported module)
 ALLOWED_R7: Final[tuple[tuple[str, str], ...]] = ()
+#: (file, imported module)
+ALLOWED_R8: Final[tuple[tuple[str, str], ...]] = ()
 
 
 # ---------------------------------------------------------------- the source tree
@@ -241,6 +249,11 @@ def imports_of(module: Module) -> Iterator[Import]:
 @functools.cache
 def all_imports() -> tuple[Import, ...]:
     return tuple(i for m in modules().values() for i in imports_of(m))
+
+
+def _test_code(name: str, scope: tuple[str, ...]) -> bool:
+    """``name`` is outside ``scope`` or one of the contract suites (tests, shipped)."""
+    return not _matches(name, scope) or _matches(name, CONTRACT_SUITES)
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
@@ -440,7 +453,7 @@ def r5_isinstance() -> Iterator[Finding]:
     names = [str(cls) for _, cls in adapters]
     for module in modules().values():
         # a module names a class only where its source spells it (import or attribute)
-        if not _matches(module.name, ISINSTANCE_SCOPE) or not any(
+        if _test_code(module.name, ISINSTANCE_SCOPE) or not any(
             n in module.source for n in names
         ):
             continue
@@ -495,7 +508,7 @@ def _drawn_names() -> frozenset[str]:
 
 def r6_error_tree() -> Iterator[Finding]:
     for module in modules().values():
-        if not _matches(module.name, EXCEPTION_SCOPE):
+        if _test_code(module.name, EXCEPTION_SCOPE):
             continue
         for node in statements(module):
             if (
@@ -518,12 +531,22 @@ def r7_tests() -> Iterator[Finding]:
         if _matches(importer, ("tests",)) and _matches(target, tuple(FIRST_PARTY)):
             allowed = (
                 _matches(target, PRODUCT)
+                or _matches(target, ("reef_dev",))
                 or _matches(target, ("tests.support",))
                 or target.startswith("tests.contract")
             )
             if not allowed or _borrowed_test_code(target):
                 yield _import_finding(imp)
         elif _matches(importer, ("bench",)) and _matches(target, ("tests",)):
+            yield _import_finding(imp)
+
+
+def r8_development_tools() -> Iterator[Finding]:
+    for imp in all_imports():
+        importer, target = imp.module.name, imp.target
+        if (_matches(importer, PRODUCT) and _matches(target, ("reef_dev",))) or (
+            _matches(importer, ("reef_dev",)) and _matches(target, ("tests", "bench"))
+        ):
             yield _import_finding(imp)
 
 
@@ -579,6 +602,12 @@ RULES: Final = (
         "(never a test_* or conftest module); bench/ never imports tests",
         r7_tests,
         ALLOWED_R7,
+    ),
+    Rule(
+        "R8",
+        "the product never imports reef_dev, and reef_dev never imports tests or bench",
+        r8_development_tools,
+        ALLOWED_R8,
     ),
 )
 

@@ -61,7 +61,7 @@ def command_tree(command: click.Command, name: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    app = create_app(Settings(log="embedded", insecure=True))
+    app = create_app(Settings.of(log="embedded", insecure=True))
     document: dict[str, Any] = app.openapi()
     return document
 

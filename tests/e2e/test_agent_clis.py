@@ -36,9 +36,9 @@ from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.settings import Settings
-from reef.testing.chat_templates import chatml_tokenizer
 from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 from reef.wiring import readable_store
+from reef_dev.chat_templates import chatml_tokenizer
 from tests.support import agent_clis
 from tests.support.api import unique_scenario
 from tests.support.streams import start_streams
@@ -60,8 +60,8 @@ class AgentDeployment:
     def events(self, topic: str, scenario: str) -> list[Event]:
         """The scenario's events on ``topic``, bodies opened (and assembled from the
         blocks they share, kept in the server's artifact store)."""
-        settings = Settings(state_dir=self.process.state_dir)
-        claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+        settings = Settings.of(state_dir=self.process.state_dir)
+        claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
 
         async def read() -> list[Event]:
             log = self.new_log()

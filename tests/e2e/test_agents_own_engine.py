@@ -75,8 +75,8 @@ def own_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReefP
 
 
 def recorded(process: ReefProcess, scenario: str) -> list[InferenceRecorded]:
-    settings = Settings(state_dir=process.state_dir)
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    settings = Settings.of(state_dir=process.state_dir)
+    claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
 
     async def read() -> list[InferenceRecorded]:
         log = EmbeddedLog(process.state_dir / "log.sqlite3")

@@ -22,9 +22,9 @@ from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import StoredEvent
-from reef.testing.agent_session import AgentSession
 from reef.testing.servers import ReefProcess, UpstreamProcess, running_reef
 from reef.wiring import readable_store
+from reef_dev.agent_session import AgentSession
 from tests.support.api import unique_scenario
 
 TURNS_PER_RUN = 3

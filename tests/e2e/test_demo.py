@@ -91,9 +91,9 @@ def test_each_plan_passes_reef_serve_only_settings_it_accepts(name: str) -> None
     loaded = load_settings(environ=dict(plan.settings))
     from_env = {f"REEF_{field.upper()}" for field, src in loaded.sources.items() if src == "env"}
     assert from_env == set(plan.settings)
-    if loaded.settings.judge_turns:
-        assert plan.tag_sessions and loaded.settings.track_sessions
-        assert loaded.settings.record_top_logprobs > 0 and plan.record_tokens
+    if loaded.settings.judge.turns:
+        assert plan.tag_sessions and loaded.settings.sessions.track
+        assert loaded.settings.recording.top_logprobs > 0 and plan.record_tokens
 
 
 def test_an_unknown_recipe_is_refused_with_the_choices(tmp_path: Path) -> None:

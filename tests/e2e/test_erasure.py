@@ -58,8 +58,6 @@ from reef.log.base import EventLog
 from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import StoredEvent
-from reef.stack import kafka as stack_kafka
-from reef.stack.paths import StackSettings
 from reef.testing.servers import (
     ManagedProcess,
     ReefProcess,
@@ -72,6 +70,8 @@ from reef.testing.servers import (
     start_reef,
 )
 from reef.wiring import readable_store
+from reef_dev.stack import kafka as stack_kafka
+from reef_dev.stack.paths import StackSettings
 from tests.support.api import assert_reef_error, chat_body, unique_scenario
 from tests.support.streams import start_streams
 from tests.support.wire import confluent_codec, confluent_env

@@ -113,7 +113,7 @@ def history(deployment: Deployment) -> History:
 def test_the_library_opens_bodies_and_marks_the_erased(
     deployment: Deployment, history: History
 ) -> None:
-    settings = Settings.model_validate(settings_of(deployment))
+    settings = Settings.from_flat(settings_of(deployment))
     tables = asyncio.run(read_tables(settings, TOPICS, scenario=history.scenario))
     exchanges = {
         r["event_id"]: r

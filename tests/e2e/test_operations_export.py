@@ -33,8 +33,8 @@ from tests.support.deployment import Deployment
 from tests.support.operations import History
 
 #: topics the mixed history may leave empty: engine loads (no engine here), turns and
-#: judgements (sessions are not tracked in this deployment; tests/e2e/test_sessions.py
-#: and test_judge.py cover them)
+#: judgements (sessions are not tracked in this deployment; tests/api/test_sessions.py
+#: and tests/e2e/test_judge.py cover them)
 UNEXERCISED_TOPICS = frozenset({topics.ENGINE, topics.TURNS, topics.JUDGEMENTS})
 
 # ---------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def wait_inputs_committed(dep: Deployment, prefix: str, worker: StreamsWorker) -
     from reef.settings import Settings
 
     group = topics.STREAMS_APP_ID  # the log prefixes groups like topics
-    inputs = {t for p in processors(Settings.model_validate({})) for t in p.inputs}
+    inputs = {t for p in processors(Settings.from_flat({})) for t in p.inputs}
 
     async def behind() -> dict[str, int]:
         log = dep.new_log()

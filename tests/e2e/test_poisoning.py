@@ -1,9 +1,6 @@
-"""Poisoning controls end to end (docs/security.md "Poisoning controls").
-
-Rate limits, on both logs: a real ``reef serve`` with report limits per token (set by
-flags) and per scenario (set by environment), slow enough (one report per 50 s) that no
-bucket refills during a test. Over a limit: 429 ``rate_limited`` with ``Retry-After``,
-and the log's end offsets do not move. Tokens and scenarios are limited independently.
+"""Poisoning controls end to end (docs/security.md "Poisoning controls"): the batching
+rules, in the trainer a real ``reef serve`` runs. The report rate limits are
+tests/api/test_report_rate_limits.py (the same app, in process).
 
 Batching rules, embedded log: ``reef serve`` runs the torch-free test recipe
 (tests/support/fake_recipe.py) in its in-process trainer with ``batch_size: 3,
@@ -24,106 +21,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from reef.core.events import ReleaseCommitted, ReportSubmitted, SampleJoined
-from reef.core.topics import RELEASES, REPORTS, SAMPLES
+from reef.core.events import ReleaseCommitted, SampleJoined
+from reef.core.topics import RELEASES, SAMPLES
 from reef.testing.servers import UpstreamProcess
-from tests.support.api import assert_reef_error, chat_body, unique_scenario
+from tests.support.api import chat_body, unique_scenario
 from tests.support.reef_server import ReefServer, launch
-
-RATE = 0.02  # one report per 50 s: no refill within a test
-TOKEN_BURST = 2
-SCENARIO_BURST = 4
-LIMITED = [f"reef-limited-{n}-{secrets.token_hex(6)}" for n in range(6)]
 
 
 def principal_name(token: str) -> str:
     """The reporter Reef records for a token (its digest prefix, never the token)."""
     return hashlib.sha256(token.encode()).hexdigest()[:12]
-
-
-@pytest.fixture(scope="module")
-def reef_options() -> dict[str, Any]:
-    return {
-        "tokens": ",".join(f"{t}:report+read" for t in LIMITED),
-        "args": [
-            "--report-rate-per-token",
-            str(RATE),
-            "--report-burst-per-token",
-            str(TOKEN_BURST),
-        ],
-        "env": {
-            "REEF_REPORT_RATE_PER_SCENARIO": str(RATE),
-            "REEF_REPORT_BURST_PER_SCENARIO": str(SCENARIO_BURST),
-        },
-    }
-
-
-def send(server: ReefServer, token: str, scenario: str, **extra: Any) -> httpx.Response:
-    body = {"score": 1.0, "feedback": "ok", "references": [], **extra}
-    with server.client(scenario, token=token) as client:
-        return client.post("/reef/report", json=body)
-
-
-def assert_limited(response: httpx.Response, limit: str) -> int:
-    body = assert_reef_error(response, 429)
-    assert body["error"]["code"] == "rate_limited", body
-    assert limit in body["error"]["message"], body
-    retry_after = int(response.headers["retry-after"])
-    assert 1 <= retry_after <= 1 / RATE, retry_after
-    return retry_after
-
-
-def test_a_token_over_its_rate_gets_429_and_writes_nothing(reef_server: ReefServer) -> None:
-    flooder, other = LIMITED[0], LIMITED[1]
-    scenario = unique_scenario("limit-token")
-    for _ in range(TOKEN_BURST):
-        assert send(reef_server, flooder, scenario).status_code == 200
-    before = reef_server.end_offsets()
-    refused_id = f"refused-{secrets.token_hex(6)}"
-    assert_limited(send(reef_server, flooder, scenario, agent_record_id=refused_id), "token")
-    # the token's limit spans scenarios
-    assert_limited(send(reef_server, flooder, unique_scenario("limit-token")), "token")
-    reef_server.assert_nothing_written(before)
-    with reef_server.client(scenario, token=flooder) as client:
-        assert_reef_error(client.get(f"/reef/reports/{refused_id}"), 404)
-    # another token on the same scenario is not affected
-    answer = send(reef_server, other, scenario)
-    assert answer.status_code == 200, answer.text
-    reports = reef_server.events(REPORTS, scenario)
-    assert len(reports) == TOKEN_BURST + 1
-    assert refused_id not in {e.event_id for e in reports}
-
-
-def test_a_scenario_over_its_rate_gets_429_for_every_token(reef_server: ReefServer) -> None:
-    busy, quiet = unique_scenario("limit-busy"), unique_scenario("limit-quiet")
-    for token in LIMITED[2:4]:
-        for _ in range(SCENARIO_BURST // 2):
-            answer = send(reef_server, token, busy)
-            assert answer.status_code == 200, answer.text
-    before = reef_server.end_offsets()
-    late = LIMITED[4]  # a fresh token: its own bucket is full, the scenario's is empty
-    assert_limited(send(reef_server, late, busy), "scenario")
-    reef_server.assert_nothing_written(before)
-    # another scenario is not affected, and the refusal cost the token nothing
-    for _ in range(TOKEN_BURST):
-        answer = send(reef_server, late, quiet)
-        assert answer.status_code == 200, answer.text
-    assert len(reef_server.events(REPORTS, busy)) == SCENARIO_BURST
-    assert len(reef_server.events(REPORTS, quiet)) == TOKEN_BURST
-
-
-def test_the_reporter_is_the_token_not_what_the_body_claims(reef_server: ReefServer) -> None:
-    token = LIMITED[5]
-    scenario = unique_scenario("limit-reporter")
-    answer = send(reef_server, token, scenario, reporter="someone-else")
-    assert answer.status_code == 200, answer.text
-    (event,) = reef_server.wait_for(REPORTS, scenario)
-    assert isinstance(event, ReportSubmitted)
-    assert event.reporter == principal_name(token)
-    assert token not in reef_server.raw_log_bytes().decode(errors="replace")
 
 
 # ---------------------------------------------------------------------------

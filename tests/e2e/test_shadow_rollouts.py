@@ -9,7 +9,8 @@ harness releases proposed as a trainer would.
   exchange's audit trail, and shown in status and metrics;
 * a grader's reports on the copies score the candidate: a worse one is rolled back by
   the controller; the samples of the copies are marked, so no trainer admits them
-  (``reef.core.shadow.trains``; the trainer's side is tests/unit/test_trainer_shadow.py);
+  (``reef.core.shadow.trains``; the trainer's side is
+  tests/unit/trainers/test_trainer_shadow.py);
 * erasing a served exchange erases its copy too.
 
 The server (and worker) are started once per log for this module and the other rollout

@@ -47,7 +47,7 @@ README_ADDRESS = "http://127.0.0.1:8900"
 #: what the user adds beside Reef to run the README's agent
 USER_EXTRAS = ("openai",)
 #: extras a plain install leaves out: modules needing them may fail to import
-OPTIONAL_EXTRAS = ("engine", "otel")
+OPTIONAL_EXTRAS = ("engine", "otel", "contracts")
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,13 @@ def test_the_wheel_carries_every_schema_and_data_file(installed: Installed) -> N
     }
     assert any(name.endswith(".avsc") for name in wanted)
     with zipfile.ZipFile(installed.wheel) as archive:
-        missing = sorted(wanted - set(archive.namelist()))
+        shipped = set(archive.namelist())
+    missing = sorted(wanted - shipped)
     assert not missing, f"the wheel leaves out {missing}"
+    # the development stack (its builders, the collector's Go sources), the load tools and
+    # the synthetic event builders stay in the repository
+    development = sorted(name for name in shipped if name.startswith(("reef_dev/", "tests/")))
+    assert not development, f"the wheel ships development tools: {development[:5]}"
 
 
 @functools.cache
@@ -166,6 +171,7 @@ def test_every_module_imports_with_the_declared_dependencies(installed: Installe
 def test_reef_help_runs(installed: Installed) -> None:
     out = installed.run("reef", "--help")
     assert "serve" in out and "Usage: reef" in out
+    assert " stack " not in out  # the development stack is scripts/stack, not a command
 
 
 def test_the_first_walk_and_the_readme_quickstart_run_as_written(installed: Installed) -> None:

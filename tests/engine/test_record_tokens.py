@@ -21,11 +21,14 @@ async def recorded(state_dir: Path) -> list[InferenceRecorded]:
     log = EmbeddedLog(state_dir / "log.sqlite3")
     await log.start()
     try:
-        settings = Settings(state_dir=state_dir)  # bodies opened, from the artifact store
-        claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+        settings = Settings.of(state_dir=state_dir)  # bodies opened, from the artifact store
+        claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
         async with readable_store(log, claims) as store:
-            return [s.event async for s in store.read(INFERENCE)
-                    if isinstance(s.event, InferenceRecorded)]
+            return [
+                s.event
+                async for s in store.read(INFERENCE)
+                if isinstance(s.event, InferenceRecorded)
+            ]
     finally:
         await log.close()
 
@@ -36,8 +39,12 @@ def test_token_ids_and_logprobs_are_recorded_with_the_weight_version(tmp_path: P
         response = httpx.post(
             f"{reef.base_url}/v1/chat/completions",
             headers={"Authorization": "Bearer t", "x-reef-scenario": "rl"},
-            json={"model": "tiny", "max_tokens": 5, "temperature": 0,
-                  "messages": [{"role": "user", "content": "hi"}]},
+            json={
+                "model": "tiny",
+                "max_tokens": 5,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
             timeout=60,
         )
         assert response.status_code == 200, response.text

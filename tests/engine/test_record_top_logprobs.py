@@ -23,8 +23,8 @@ async def recorded(state_dir: Path) -> list[InferenceRecorded]:
     log = EmbeddedLog(state_dir / "log.sqlite3")
     await log.start()
     try:
-        settings = Settings(state_dir=state_dir)  # bodies opened, from the artifact store
-        claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+        settings = Settings.of(state_dir=state_dir)  # bodies opened, from the artifact store
+        claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
         async with readable_store(log, claims) as store:
             return [
                 s.event

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from reef.log.embedded import EmbeddedLog
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import UpstreamProcess, start_reef
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.disk import fill_disk, tiny_tmpfs
 from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from reef.core import topics
-from reef.stack import kafka as stack_kafka
-from reef.stack import process as stack_process
-from reef.stack.paths import load_settings
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import ReefProcess, UpstreamProcess, free_port, run_reef
+from reef_dev.load import SteadyLoad
+from reef_dev.stack import kafka as stack_kafka
+from reef_dev.stack import process as stack_process
+from reef_dev.stack.paths import load_settings
 from tests.support import consistency
 from tests.support.faults import (
     TOKEN,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import ReefProcess, UpstreamProcess
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.faults import (
     TOKEN,

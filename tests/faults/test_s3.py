@@ -28,8 +28,8 @@ from reef.core import topics
 from reef.core.events import ReleaseCommitted, ReleaseProposed
 from reef.log.embedded import EmbeddedLog
 from reef.settings import Settings
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import UpstreamProcess, start_reef
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 
@@ -85,7 +85,7 @@ def test_sigkill_of_the_s3_server(
     reef = start_reef(
         ["--upstream-url", upstream.v1_url], env=reef_env(env), state_dir=state, name="reef-s3"
     )
-    settings = Settings.model_validate(
+    settings = Settings.from_flat(
         {k.removeprefix("REEF_").lower(): v for k, v in s3_env.items()}
     )
     content = ContentStore(open_store(settings))

@@ -70,7 +70,7 @@ async def committed_outcome(
     try:
         store = EventStore(log)
         written = [s.event async for s in store.read(topics.TURNS) if s.event is not None]
-        settings = Settings(log="kafka", track_sessions=True, session_ttl_s=TTL_S)
+        settings = Settings.of(log="kafka", track_sessions=True, session_ttl_s=TTL_S)
         processor = SessionProcessor(session_settings(settings))
         oracle: list[Event] = []
         replayed = DictState()

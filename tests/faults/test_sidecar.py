@@ -19,7 +19,6 @@ import pytest
 from reef.core import topics
 from reef.core.events import InferenceRecorded
 from reef.log.embedded import EmbeddedLog
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import (
     ManagedProcess,
     clean_env,
@@ -28,6 +27,7 @@ from reef.testing.servers import (
     spawn,
     start_reef,
 )
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.faults import FaultRow, FaultTable, reef_env, sigkill
 from tests.support.sidecar import (

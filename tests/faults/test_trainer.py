@@ -19,8 +19,8 @@ import pytest
 from reef.core import topics
 from reef.core.events import ReleaseCommitted, SampleJoined
 from reef.log.embedded import EmbeddedLog
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import ManagedProcess, UpstreamProcess, start_reef
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.faults import TOKEN, FaultRow, FaultTable, create_scenarios, reef_env
 from tests.support.learning import RECIPE, start_trainer, wait_for_line

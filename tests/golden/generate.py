@@ -4,7 +4,7 @@
     python -m tests.golden.generate --force  # rewrite all (only when you mean it)
 
 The files are committed and never rewritten by a schema change: they are payloads an
-*old* writer produced, and tests/unit/test_schema_compat.py decodes them with the
+*old* writer produced, and tests/unit/reef/test_schema_compat.py decodes them with the
 *current* reader schemas. Rules for editing :func:`golden_events`:
 
 * never change a value that is already there (the .bin files hold it);

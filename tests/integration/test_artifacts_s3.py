@@ -12,7 +12,7 @@ import pytest
 
 from reef.artifacts import ArtifactError
 from reef.artifacts.s3 import S3ArtifactStore
-from tests.contract_artifacts import MIB, ArtifactStoreContract, file_ref, write_random_file
+from reef.contracts.artifacts import MIB, ArtifactStoreContract, file_ref, write_random_file
 
 if TYPE_CHECKING:
     from tests.support.stack import S3Server

@@ -34,7 +34,7 @@ from reef.core.events import Event
 from reef.core.topics import ALL_TOPICS, LOG_TOPICS, topic_for
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.services.eventstore import EventStore
-from reef.stack.paths import StackSettings
+from reef_dev.stack.paths import StackSettings
 from tests.support.golden import golden_events
 from tests.support.kafka_connect import (
     ensure_plugins,

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from reef.contracts.log import read_all
 from reef.core.errors import EventValidationError
 from reef.core.events import ReportRejected, ScenarioCreated, utc_now
 from reef.core.topics import ALL_TOPICS, REPORTS, SAMPLES, SCENARIOS
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
-from tests.contract_log import read_all
 
 TOPIC = "durability"
 PARTITIONS = 3

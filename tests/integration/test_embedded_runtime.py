@@ -38,7 +38,7 @@ from reef.hosts.embedded import EmbeddedRuntime, _create_state_table
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.replay import live_digests, replay, state_digest
-from reef.testing.events import receipt, report
+from reef_dev.events import receipt, report
 from tests.support.embedded_join import (
     at,
     check_consistent,
@@ -207,7 +207,7 @@ path, batch, delay, crash = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[
 async def main() -> None:
     log = EmbeddedLog(path)
     await log.start()
-    (join,) = [p for p in processors(Settings(state_dir=path.parent)) if p.name == "join"]
+    (join,) = [p for p in processors(Settings.of(state_dir=path.parent)) if p.name == "join"]
     step = join.step
 
     def slow_step(state, event):

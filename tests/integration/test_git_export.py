@@ -37,8 +37,8 @@ from reef.artifacts.lfs import (
     lfs_batch_response,
     lfs_pointer,
 )
+from reef.contracts.artifacts import fingerprint_tree
 from reef.core.errors import RequestError
-from tests.contract_artifacts import fingerprint_tree
 
 if TYPE_CHECKING:
     from tests.support.stack import S3Server

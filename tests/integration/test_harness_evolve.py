@@ -195,7 +195,7 @@ def test_the_config_is_strict_and_names_the_key() -> None:
 def test_the_endpoint_defaults_to_the_deployments_upstream(tmp_path: Path) -> None:
     config = tmp_path / "deploy.yaml"
     config.write_text("recipe:\n  evaluation:\n    tasks: [{prompt: 'Task: owl', answer: lwo}]\n")
-    settings = Settings(
+    settings = Settings.of(
         recipe="harness_evolve",
         recipe_config=config,
         upstream_url="http://127.0.0.1:1234/v1/",
@@ -207,11 +207,11 @@ def test_the_endpoint_defaults_to_the_deployments_upstream(tmp_path: Path) -> No
     assert recipe.endpoint.url == "http://127.0.0.1:1234/v1/chat/completions"
     assert (recipe.endpoint.model, recipe.endpoint.api_key) == ("m1", "sk-up")
     with pytest.raises(RecipeConfigError, match="no upstream_url"):
-        recipe_from_settings(Settings(recipe="harness_evolve", recipe_config=config))
-    anthropic = settings.model_copy(update={"upstream_dialect": "anthropic"})
+        recipe_from_settings(Settings.of(recipe="harness_evolve", recipe_config=config))
+    anthropic = settings.replace(upstream_dialect="anthropic")
     with pytest.raises(RecipeConfigError, match="speaks 'anthropic'"):
         recipe_from_settings(anthropic)
-    no_model = settings.model_copy(update={"upstream_model": None})
+    no_model = settings.replace(upstream_model=None)
     with pytest.raises(RecipeConfigError, match=r"recipe\.upstream\.model"):
         recipe_from_settings(no_model)
     recipe = build_recipe("harness_evolve", {**BASE, "upstream": {"api_key_env": "NOPE_X"}})
@@ -370,13 +370,15 @@ def test_the_example_deployment_parses() -> None:
 
     example = Path(__file__).resolve().parents[2] / "recipes/examples/harness-evolve.yaml"
     settings = load_settings({}, example, environ={}).settings
-    assert settings.recipe == "harness_evolve" and settings.seed_dir is not None
+    assert (
+        settings.deployment.recipe == "harness_evolve" and settings.deployment.seed_dir is not None
+    )
     recipe = recipe_from_settings(settings, example)
     assert isinstance(recipe, HarnessEvolveRecipe) and len(recipe.tasks) == 8
     assert recipe.endpoint is not None and recipe.endpoint.url.endswith("/v1/chat/completions")
     seed = (
-        settings.seed_dir
-        if settings.seed_dir.is_absolute()
-        else example.parents[2] / settings.seed_dir
+        settings.deployment.seed_dir
+        if settings.deployment.seed_dir.is_absolute()
+        else example.parents[2] / settings.deployment.seed_dir
     )
     assert RULE not in system_prompt(seed, recipe.config.harness.files)  # the seed fails

@@ -40,7 +40,7 @@ from reef.log import open_log, running
 from reef.log.kafka import delete_prefixed_topics
 from reef.services.eventstore import EventStore
 from reef.settings import Settings
-from reef.testing.events import inference, receipt, report
+from reef_dev.events import inference, receipt, report
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -58,15 +58,13 @@ class History:
 
 @pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Settings]:
-    base = Settings(state_dir=tmp_path, partitions=2, claim_check_bytes=1024)
+    base = Settings.of(state_dir=tmp_path, partitions=2, claim_check_bytes=1024)
     if request.param == "embedded":
         yield base
         return
     bootstrap: str = request.getfixturevalue("kafka_bootstrap")
     prefix = f"t-stream-{uuid.uuid4().hex[:10]}-"
-    yield base.model_copy(
-        update={"log": "kafka", "kafka_bootstrap": bootstrap, "kafka_topic_prefix": prefix}
-    )
+    yield base.replace(log="kafka", kafka_bootstrap=bootstrap, kafka_topic_prefix=prefix)
     await delete_prefixed_topics(bootstrap, prefix)
 
 
@@ -78,7 +76,7 @@ async def history(settings: Settings) -> History:
     # over the claim-check threshold even compressed before sealing: no filler repeats
     filler = "".join(uuid.uuid4().hex for _ in range(80))
     big = {"model": "m", "messages": [{"role": "user", "content": f"{marker} {filler}"}]}
-    claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+    claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
     async with running(open_log(settings)) as log, readable_store(log, claims) as store:
         await log.ensure_topics(list(LOG_TOPICS))
         events = [
@@ -147,7 +145,9 @@ async def test_a_missing_claim_checked_object_leaves_the_rest_readable(history: 
     (large,) = [r for r in await records(history, undecodable="skip") if _is(r, history.large)]
     assert isinstance(large.event, InferenceRecorded)
     ref = await _stored_request_ref(history)
-    LocalArtifactStore.in_state_dir(history.settings.state_dir).object_path(parse_ref(ref)).unlink()
+    LocalArtifactStore.in_state_dir(history.settings.deployment.state_dir).object_path(
+        parse_ref(ref)
+    ).unlink()
 
     (again,) = [r for r in await records(history, undecodable="skip") if _is(r, history.large)]
     assert isinstance(again.event, InferenceRecorded)

@@ -1,4 +1,4 @@
-"""Both processor hosts pass the host contract (tests/contract_host.py), as real
+"""Both processor hosts pass the host contract (tests/contracts/host.py), as real
 ``reef streams`` processes: the embedded host on a state directory, the Kafka host on
 the single-node broker under its own topic prefix."""
 
@@ -16,7 +16,7 @@ from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.settings import Settings
 from streams import changelog
-from tests.contract_host import HostContract, HostRig, JoinContract
+from tests.contracts.host import HostContract, HostRig, JoinContract
 from tests.support.hosts import HostProcess
 from tests.support.wire import confluent_codec, confluent_env
 
@@ -29,8 +29,8 @@ class TestEmbeddedHost(HostContract):
     @pytest.fixture
     async def rig(self, tmp_path: Path) -> AsyncIterator[HostRig]:
         state = tmp_path / "state"
-        settings = Settings(log="embedded", state_dir=state, rollouts=True)
-        log = EmbeddedLog(state / "log.sqlite3", partitions=settings.partitions)
+        settings = Settings.of(log="embedded", state_dir=state, rollouts=True)
+        log = EmbeddedLog(state / "log.sqlite3", partitions=settings.deployment.partitions)
         await log.start()
         await log.ensure_topics(list(LOG_TOPICS))
         host = HostProcess(
@@ -48,7 +48,7 @@ class TestKafkaHost(HostContract):
     @pytest.fixture
     async def rig(self, kafka_bootstrap: str, tmp_path: Path) -> AsyncIterator[HostRig]:
         prefix = f"host-{uuid.uuid4().hex[:8]}."
-        settings = Settings(
+        settings = Settings.of(
             log="kafka", kafka_bootstrap=kafka_bootstrap, kafka_topic_prefix=prefix, rollouts=True
         )
         log = KafkaLog(kafka_bootstrap, topic_prefix=prefix, client_id="reef-host-contract")
@@ -85,7 +85,7 @@ class TestKafkaHostConfluent(JoinContract):
     ) -> AsyncIterator[HostRig]:
         prefix = f"host-cf-{uuid.uuid4().hex[:8]}."
         codec = confluent_codec(schema_registry_url, prefix)
-        settings = Settings(
+        settings = Settings.of(
             log="kafka",
             kafka_bootstrap=kafka_bootstrap,
             kafka_topic_prefix=prefix,

@@ -20,10 +20,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from reef.contracts.log import read_all
 from reef.core.errors import LogError
 from reef.log.base import Position
 from reef.log.kafka import KafkaLog
-from tests.contract_log import read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]
 
@@ -36,25 +36,42 @@ async def describe(bootstrap: str, topic: str) -> tuple[dict[int, int], dict[int
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
     await admin.start()
     try:
-        # each describe may ask a different broker; metadata reaches them a moment apart
+        # each describe may ask a different broker; metadata and leaders reach them a
+        # moment apart
         deadline = time.monotonic() + 30
         while True:
             (description,) = await admin.describe_topics([topic])
-            if len(description["partitions"]) == PARTITIONS or time.monotonic() > deadline:
+            partitions = description["partitions"]
+            settled = len(partitions) == PARTITIONS and all(p["leader"] >= 0 for p in partitions)
+            if settled or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
         replicas = {p["partition"]: len(p["replicas"]) for p in description["partitions"]}
         leaders = {p["partition"]: p["leader"] for p in description["partitions"]}
-        (response,) = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, {"min.insync.replicas": None})]
-        )
-        entries = response.to_object()["resources"][0]["config_entries"]
-        min_isr = next(
-            e["config_value"] for e in entries if e["config_names"] == "min.insync.replicas"
-        )
+        min_isr = await topic_min_isr(admin, topic, deadline)
     finally:
         await admin.close()
     return replicas, leaders, min_isr
+
+
+async def topic_min_isr(admin: AIOKafkaAdminClient, topic: str, deadline: float) -> str:
+    """The topic's min.insync.replicas, asking again while the answering broker has not
+    learnt of the topic yet (an error code and no entries)."""
+    while True:
+        (response,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"min.insync.replicas": None})]
+        )
+        resource = response.to_object()["resources"][0]
+        values = [
+            e["config_value"]
+            for e in resource["config_entries"]
+            if e["config_names"] == "min.insync.replicas"
+        ]
+        if values:
+            return str(values[0])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no min.insync.replicas for {topic}: {resource}")
+        await asyncio.sleep(0.2)
 
 
 async def test_no_acknowledged_append_is_lost_when_a_broker_dies(

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from reef.contracts.log import LogContract
 from reef.core.errors import UnknownTopicError
 from reef.log.base import EventLog
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
-from tests.contract_log import LogContract
 
 pytestmark = pytest.mark.kafka
 

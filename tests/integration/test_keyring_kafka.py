@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from reef.contracts.keyring import KeyRingContract, Rig
 from reef.core.topics import KEYS, key_topic_configs
 from reef.crypto import key_record, new_data_key, tombstone_record
 from reef.crypto.rings import FollowingKeyRing, open_keyring
 from reef.log.kafka import KafkaLog
-from tests.contract_keyring import KeyRingContract, Rig
 
 pytestmark = pytest.mark.kafka
 

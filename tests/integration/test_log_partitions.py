@@ -16,6 +16,7 @@ from typing import TypedDict
 
 import pytest
 
+from reef.contracts.log import read_all
 from reef.core.events import EngineLoadFailed, Event, InferenceRecorded, ReportRejected
 from reef.core.topics import ALL_TOPICS
 from reef.log.base import EventLog, LogRecord, PendingAppend, Position
@@ -23,7 +24,6 @@ from reef.log.embedded import EmbeddedLog
 from reef.log.kafka import KafkaLog
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
-from tests.contract_log import read_all
 
 pytestmark = pytest.mark.kafka
 

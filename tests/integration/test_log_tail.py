@@ -194,8 +194,8 @@ async def test_tail_kafka_reports_bad_records_and_goes_on(
 def test_kafka_console_consumer_shows_key_and_headers(
     kafka_bootstrap: str, kafka_state: tuple[str, Written], tmp_path: Path
 ) -> None:
-    from reef.stack import kafka
-    from reef.stack.paths import load_settings
+    from reef_dev.stack import kafka
+    from reef_dev.stack.paths import load_settings
 
     prefix, written = kafka_state
     install = kafka.install_for(load_settings())

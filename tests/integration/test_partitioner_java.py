@@ -38,8 +38,8 @@ public class Murmur {
 
 @pytest.mark.kafka
 def test_matches_the_java_client(tmp_path: Path) -> None:
-    from reef.stack import kafka
-    from reef.stack.paths import load_settings
+    from reef_dev.stack import kafka
+    from reef_dev.stack.paths import load_settings
 
     install = kafka.ensure_installed(load_settings())
     assert (install.libs / f"kafka-clients-{kafka.KAFKA_VERSION}.jar").is_file()

@@ -94,7 +94,7 @@ async def test_reef_streams_hosts_the_session_processor(
     assert isinstance(turn, TurnCompleted)
     assert turn.event_id == derived_id("turn-completed", SCENARIO, "r1", "r2")
     assert (turn.receipt_id, turn.next_receipt_id, turn.next_state_role) == ("r1", "r2", "user")
-    settings = Settings(log="kafka", kafka_topic_prefix=prefix, track_sessions=True)
+    settings = Settings.of(log="kafka", kafka_topic_prefix=prefix, track_sessions=True)
     replayed = (await replay(processors(settings), log)).processor_states["sessions"].data
     live = await changelog_table(log, "sessions")
     assert state_digest(live) == state_digest(replayed), (live, replayed)

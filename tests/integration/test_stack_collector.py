@@ -8,8 +8,8 @@ import secrets
 import httpx
 import pytest
 
-from reef.stack import collector
-from reef.stack.paths import StackSettings
+from reef_dev.stack import collector
+from reef_dev.stack.paths import StackSettings
 from tests.support.otlp import OtlpReceiver
 
 

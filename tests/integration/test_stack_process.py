@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from reef.stack import process
+from reef_dev.stack import process
 
 
 def _service(tmp_path: Path) -> process.Service:

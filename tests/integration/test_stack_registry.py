@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from reef.log.schema_registry import SchemaRegistry
-from reef.stack import registry
-from reef.stack.paths import StackSettings
+from reef_dev.stack import registry
+from reef_dev.stack.paths import StackSettings
 
 
 def _local(url: str) -> None:

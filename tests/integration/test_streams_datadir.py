@@ -76,7 +76,7 @@ def test_a_killed_workers_slot_is_reused_and_emptied(tmp_path: Path) -> None:
 
 
 def test_the_slots_live_under_the_state_dir_per_deployment(tmp_path: Path) -> None:
-    one = data_dir_base(Settings(state_dir=tmp_path, kafka_topic_prefix="a-"))
-    two = data_dir_base(Settings(state_dir=tmp_path, kafka_topic_prefix="b-"))
+    one = data_dir_base(Settings.of(state_dir=tmp_path, kafka_topic_prefix="a-"))
+    two = data_dir_base(Settings.of(state_dir=tmp_path, kafka_topic_prefix="b-"))
     assert one.parent == two.parent == tmp_path / "streams"
     assert one != two

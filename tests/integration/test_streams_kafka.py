@@ -8,7 +8,7 @@ once instead of waiting for the dead member's session (rebalances have tests of 
 own in test_streams_scaleout.py).
 
 * exactly-once while the worker is SIGKILLed: the host contract
-  (tests/contract_host.py, run by tests/integration/test_host_contract.py);
+  (tests/contracts/host.py, run by tests/integration/test_host_contract.py);
 * compare-and-swap: eight proposers race on one parent: one commit, seven stale_parent;
 * replay: after a mixed workload ``reef replay --compare-live`` reports equal digests;
 * watchdog: a worker wedged on purpose (SIGUSR2) is ended with status 75;
@@ -46,8 +46,8 @@ from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.services.eventstore import EventStore
 from reef.services.replay import replay, state_digest
 from reef.settings import Settings
-from reef.testing.events import created, inference, proposal, receipt, report
 from reef.testing.servers import run_reef
+from reef_dev.events import created, inference, proposal, receipt, report
 from streams.changelog import changelog_table
 from tests.support.hosts import HostProcess
 
@@ -298,7 +298,7 @@ async def test_replay_digests_equal_live_on_kafka(
     worker.start()
     await worker.wait_ready()
     await mixed_workload(log, worker)
-    settings = Settings(log="kafka", kafka_topic_prefix=prefix)
+    settings = Settings.of(log="kafka", kafka_topic_prefix=prefix)
     result = await replay(processors(settings), log)
     # the processors' live state (changelogs, keys decoded as Faust wrote them) is replay's
     live = await live_join_state(log)

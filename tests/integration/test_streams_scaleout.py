@@ -47,7 +47,6 @@ from reef.hosts import READY_LINE
 from reef.log.kafka import KafkaLog, delete_prefixed_topics
 from reef.log.partitioner import partition_for
 from reef.services.eventstore import EventStore
-from reef.testing.load import SteadyLoad
 from reef.testing.servers import (
     ManagedProcess,
     ReefProcess,
@@ -59,6 +58,7 @@ from reef.testing.servers import (
     spawn,
     start_reef,
 )
+from reef_dev.load import SteadyLoad
 from tests.support import consistency
 from tests.support.consumer_groups import GroupState, describe_group
 from tests.support.learning import (

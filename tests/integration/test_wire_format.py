@@ -66,7 +66,7 @@ async def write_then_switch(state: Path, registry_url: str, scenario: str) -> li
             "topics", "create", "--state-dir", str(state), "--schema-registry-url", registry_url
         )
         assert created.returncode == 0, created.stderr
-        settings = Settings(schema_registry_url=registry_url, wire_format="confluent")
+        settings = Settings.of(schema_registry_url=registry_url, wire_format="confluent")
         confluent = EventStore(log, open_codec(settings))
         await confluent.append_all([exchange(f"cf-{i}", scenario) for i in range(2)])
         return [record.value async for record in log.read(INFERENCE)]
@@ -115,7 +115,7 @@ def test_a_confluent_deployment_without_its_subjects_stops_naming_the_command(
     schema_registry_url: str,
 ) -> None:
     prefix = f"never-registered-{uuid.uuid4().hex[:8]}."
-    settings = Settings(
+    settings = Settings.of(
         schema_registry_url=schema_registry_url, wire_format="confluent", kafka_topic_prefix=prefix
     )
     with pytest.raises(ConfigError, match="reef topics create --schema-registry-url"):
@@ -124,7 +124,7 @@ def test_a_confluent_deployment_without_its_subjects_stops_naming_the_command(
 
 def test_a_confluent_deployment_needs_a_registry() -> None:
     with pytest.raises(ConfigError, match="needs a schema registry"):
-        open_codec(Settings(wire_format="confluent"))
+        open_codec(Settings.of(wire_format="confluent"))
 
 
 def test_a_command_refuses_confluent_without_a_registry(tmp_path: Path) -> None:

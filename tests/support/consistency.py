@@ -37,7 +37,7 @@ from reef.core.events import (
 from reef.log.base import EventLog
 from reef.services import audit
 from reef.services.eventstore import EventStore
-from reef.testing.load import LoadResult
+from reef_dev.load import LoadResult
 
 LogFactory = Callable[[], EventLog]
 

@@ -8,6 +8,7 @@ proposes releases as a trainer would, waiting for the release chain's decision.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import subprocess
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -46,8 +47,122 @@ def tree_files(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
     return found
 
 
+class ReleaseChainClient(abc.ABC):
+    """A scenario's release chain seen through the API, with releases proposed on the log
+    as a trainer would; what the subclass gives: :meth:`client`, :meth:`append`,
+    ``content``, ``decide_timeout`` and :meth:`alive`."""
+
+    #: how often :meth:`wait_release` reads the chain again
+    POLL_S: ClassVar[float] = 0.1
+    content: ContentStore
+    decide_timeout: float
+
+    @abc.abstractmethod
+    def client(
+        self, token: str | None = "", scenario: str | None = None, timeout: float = 60.0
+    ) -> httpx.Client:
+        """``token=""``: the admin token; None: no Authorization header."""
+
+    @abc.abstractmethod
+    def append(self, *events: Event) -> None:
+        """Append ``events`` to the deployment's log."""
+
+    @abc.abstractmethod
+    def alive(self) -> None:
+        """Fails when the deployment stopped (checked while waiting)."""
+
+    def create_scenario(self, prefix: str) -> str:
+        name = unique_scenario(prefix)
+        with self.client() as client:
+            response = client.post("/reef/scenarios", json={"name": name})
+        assert response.status_code == 201, response.text
+        return name
+
+    def releases(self, scenario: str) -> list[dict[str, Any]]:
+        with self.client() as client:
+            response = client.get(f"/reef/scenarios/{scenario}/releases")
+        assert response.status_code == 200, response.text
+        found: list[dict[str, Any]] = response.json()["releases"]
+        return found
+
+    def head(self, scenario: str) -> dict[str, Any]:
+        (current,) = [r for r in self.releases(scenario) if r["current"]]
+        return current
+
+    def wait_release(self, scenario: str, wanted: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.decide_timeout
+        while True:
+            for release in self.releases(scenario):
+                if release["release_id"] == wanted:
+                    return release
+            self.alive()
+            assert time.monotonic() < deadline, f"release {wanted} not committed in time"
+            time.sleep(self.POLL_S)
+
+    def propose(
+        self,
+        scenario: str,
+        content_id: str,
+        sample_ids: Sequence[str] = (),
+        *,
+        parent: str,
+        pending: bool = False,
+    ) -> str:
+        """Append ReleaseProposed on ``parent`` as a trainer would; its proposal id.
+
+        Nothing is waited for (a stale ``parent`` is rejected by the chain)."""
+        proposal_id = uuid.uuid4().hex
+        self.append(
+            ReleaseProposed(
+                event_id=proposal_id,
+                scenario=scenario,
+                occurred_at=utc_now(),
+                producer="test-trainer",
+                proposal_id=proposal_id,
+                parent_release_id=parent,
+                content_id=content_id,
+                operation="training",
+                metrics_json=json.dumps({"reward": 0.5}),
+                sample_ids=list(sample_ids),
+                pending=pending,
+            )
+        )
+        return proposal_id
+
+    def propose_training(
+        self,
+        scenario: str,
+        content_id: str,
+        sample_ids: Sequence[str] = (),
+        *,
+        pending: bool = False,
+    ) -> dict[str, Any]:
+        """Propose on the current head as a trainer would; the commit, once decided."""
+        parent = self.head(scenario)["release_id"]
+        self.propose(scenario, content_id, sample_ids, parent=parent, pending=pending)
+        expected = release_id(scenario, parent, content_id, "training")
+        release = self.wait_release(scenario, expected)
+        assert release["parent_release_id"] == parent
+        assert release["content_id"] == content_id
+        assert release["operation"] == "training"
+        assert release["pending"] is pending
+        assert release["current"] is not pending
+        return release
+
+    def republish(self, scenario: str, operation: str, release_id: str) -> httpx.Response:
+        with self.client(timeout=self.decide_timeout + 30) as client:
+            return client.post(
+                f"/reef/scenarios/{scenario}/{operation}", json={"release_id": release_id}
+            )
+
+    def materialise(self, content_id: str, dest: Path) -> dict[str, bytes]:
+        """The release tree written out by :func:`materialise`, as {path: bytes}."""
+        materialise(self.content.store, self.content.load(content_id), dest)
+        return tree_files(dest)
+
+
 @dataclass
-class Deployment:
+class Deployment(ReleaseChainClient):
     name: str
     process: ReefProcess
     admin_token: str
@@ -120,13 +235,6 @@ class Deployment:
 
     # -- inference and reports --------------------------------------------------
 
-    def create_scenario(self, prefix: str) -> str:
-        name = unique_scenario(prefix)
-        with self.client() as client:
-            response = client.post("/reef/scenarios", json={"name": name})
-        assert response.status_code == 201, response.text
-        return name
-
     def infer(self, scenario: str, text: str) -> str:
         """One chat completion in ``scenario``; its receipt."""
         with self.client(scenario=scenario) as client:
@@ -163,77 +271,6 @@ class Deployment:
 
     # -- releases ----------------------------------------------------------------
 
-    def releases(self, scenario: str) -> list[dict[str, Any]]:
-        with self.client() as client:
-            response = client.get(f"/reef/scenarios/{scenario}/releases")
-        assert response.status_code == 200, response.text
-        found: list[dict[str, Any]] = response.json()["releases"]
-        return found
-
-    def head(self, scenario: str) -> dict[str, Any]:
-        (current,) = [r for r in self.releases(scenario) if r["current"]]
-        return current
-
-    def wait_release(self, scenario: str, wanted: str) -> dict[str, Any]:
-        deadline = time.monotonic() + self.decide_timeout
-        while True:
-            for release in self.releases(scenario):
-                if release["release_id"] == wanted:
-                    return release
-            self.alive()
-            assert time.monotonic() < deadline, f"release {wanted} not committed in time"
-            time.sleep(0.1)
-
-    def propose(
-        self,
-        scenario: str,
-        content_id: str,
-        sample_ids: Sequence[str] = (),
-        *,
-        parent: str,
-        pending: bool = False,
-    ) -> str:
-        """Append ReleaseProposed on ``parent`` as a trainer would; its proposal id.
-
-        Nothing is waited for (a stale ``parent`` is rejected by the chain)."""
-        proposal_id = uuid.uuid4().hex
-        self.append(
-            ReleaseProposed(
-                event_id=proposal_id,
-                scenario=scenario,
-                occurred_at=utc_now(),
-                producer="test-trainer",
-                proposal_id=proposal_id,
-                parent_release_id=parent,
-                content_id=content_id,
-                operation="training",
-                metrics_json=json.dumps({"reward": 0.5}),
-                sample_ids=list(sample_ids),
-                pending=pending,
-            )
-        )
-        return proposal_id
-
-    def propose_training(
-        self,
-        scenario: str,
-        content_id: str,
-        sample_ids: Sequence[str] = (),
-        *,
-        pending: bool = False,
-    ) -> dict[str, Any]:
-        """Propose on the current head as a trainer would; the commit, once decided."""
-        parent = self.head(scenario)["release_id"]
-        self.propose(scenario, content_id, sample_ids, parent=parent, pending=pending)
-        expected = release_id(scenario, parent, content_id, "training")
-        release = self.wait_release(scenario, expected)
-        assert release["parent_release_id"] == parent
-        assert release["content_id"] == content_id
-        assert release["operation"] == "training"
-        assert release["pending"] is pending
-        assert release["current"] is not pending
-        return release
-
     def rollback(self, scenario: str, target: str) -> dict[str, Any]:
         with self.client() as client:
             response = client.post(
@@ -242,14 +279,3 @@ class Deployment:
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body
-
-    def republish(self, scenario: str, operation: str, release_id: str) -> httpx.Response:
-        with self.client(timeout=self.decide_timeout + 30) as client:
-            return client.post(
-                f"/reef/scenarios/{scenario}/{operation}", json={"release_id": release_id}
-            )
-
-    def materialise(self, content_id: str, dest: Path) -> dict[str, bytes]:
-        """The release tree written out by :func:`materialise`, as {path: bytes}."""
-        materialise(self.content.store, self.content.load(content_id), dest)
-        return tree_files(dest)

@@ -29,7 +29,7 @@ from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.services.replay import replay_processor, state_digest
 from reef.settings import Settings
-from reef.testing.events import inference, receipt, report
+from reef_dev.events import inference, receipt, report
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 
@@ -50,7 +50,7 @@ async def log(tmp_path: Path) -> AsyncIterator[EmbeddedLog]:
 
 
 def settings_for(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path)
+    return Settings.of(state_dir=tmp_path)
 
 
 async def read_events(log: EmbeddedLog, topic: str) -> list[Event]:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from reef.core.events import Event, ReportRejected, SampleJoined
 from reef.core.ids import derived_id
-from reef.testing.events import inference, receipt, report
+from reef_dev.events import inference, receipt, report
 
 
 def now() -> datetime:

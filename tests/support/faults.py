@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import tempfile
 import time
 import uuid
@@ -32,6 +31,7 @@ from reef.testing.servers import (
     reef_executable,
     start_reef,
 )
+from tests.support.streams import spawn_in
 
 TABLE_FILE = Path(tempfile.gettempdir()) / "reef-faults" / "fault-table.jsonl"
 
@@ -102,19 +102,7 @@ class StreamsWorker:
         self.starts += 1
         argv = [reef_executable(), "streams", *kafka_flags(self.bootstrap, self.prefix)]
         argv += ["--instance-id", f"{self.prefix}worker", "--loglevel", "info"]
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        out = self.work_dir / f"streams-{self.starts}.stdout.log"
-        err = self.work_dir / f"streams-{self.starts}.stderr.log"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            process = subprocess.Popen(
-                argv,
-                stdout=stdout,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                env=clean_env(self.env),
-                cwd=self.work_dir,
-            )
-        self.managed = ManagedProcess(argv, process, out, err)
+        self.managed = spawn_in(argv, self.work_dir, f"streams-{self.starts}", clean_env(self.env))
 
     def text(self) -> str:
         assert self.managed is not None

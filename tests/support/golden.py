@@ -1,7 +1,7 @@
 """The golden events: one event per event type, as an *old* writer produced them.
 
 ``tests/golden/<Type>.bin`` hold them encoded (written by ``python -m
-tests.golden.generate``); tests/unit/test_schema_compat.py decodes them with the
+tests.golden.generate``); tests/unit/reef/test_schema_compat.py decodes them with the
 *current* reader schemas. Rules for editing :func:`golden_events`:
 
 * never change a value that is already there (the .bin files hold it);

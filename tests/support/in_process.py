@@ -49,7 +49,7 @@ async def serving(app: Any) -> AsyncIterator[str]:
 @contextlib.asynccontextmanager
 async def reef_api(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, AppContext]]:
     """The API of ``settings`` (an API-only process: no processors, trainer or engine)."""
-    app = create_app(settings.model_copy(update={"serve_role": "api", "log": "embedded"}))
+    app = create_app(settings.replace(serve_role="api", log="embedded"))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://reef") as client:

@@ -16,7 +16,7 @@ from reef.crypto.rings import open_keyring
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.settings import Settings
-from reef.testing.events import chat_request, chat_response, inference, receipt
+from reef_dev.events import chat_request, chat_response, inference, receipt
 
 DEFAULTS = Settings()
 
@@ -78,8 +78,10 @@ async def judged_store(work: Path) -> AsyncIterator[EventStore]:
     ring = open_keyring(log)
     await ring.start()
     try:
-        claims = ClaimCheck(LocalArtifactStore(work / "objects"), DEFAULTS.claim_check_bytes)
-        yield EventStore(log, claims=claims, keys=ring, body_format=DEFAULTS.body_format)
+        claims = ClaimCheck(
+            LocalArtifactStore(work / "objects"), DEFAULTS.artifacts.claim_check_bytes
+        )
+        yield EventStore(log, claims=claims, keys=ring, body_format=DEFAULTS.artifacts.body_format)
     finally:
         await ring.close()
         await log.close()

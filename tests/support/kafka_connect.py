@@ -22,9 +22,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from reef.stack import kafka
-from reef.stack.paths import StackSettings
-from reef.stack.process import file_lock, run_logged, tail
+from reef_dev.stack import kafka
+from reef_dev.stack.paths import StackSettings
+from reef_dev.stack.process import file_lock, run_logged, tail
 
 CONVERTER_VERSION: Final = "2.6.13.Final"
 CONVERTER_CLASS: Final = "io.apicurio.registry.utils.converter.AvroConverter"

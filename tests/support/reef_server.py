@@ -74,8 +74,39 @@ def end_offsets(log: EventLog, topics: Sequence[str]) -> Offsets:
     return result
 
 
+class RecordedEvents:
+    """What a test reads of a deployment's log, given :meth:`events` (a server's or an
+    in-process app's): its exchanges, and waiting for an event to arrive."""
+
+    #: how often :meth:`wait_for` reads the log again
+    POLL_S = 0.2
+
+    def events(self, topic: str, scenario: str | None = None) -> list[Event]:
+        raise NotImplementedError
+
+    def inference(self, scenario: str) -> list[InferenceRecorded]:
+        found = self.events(INFERENCE, scenario)
+        assert all(isinstance(e, InferenceRecorded) for e in found), found
+        return found  # type: ignore[return-value]
+
+    def wait_for(
+        self,
+        topic: str,
+        scenario: str,
+        predicate: Callable[[Event], bool] = lambda _: True,
+        timeout: float = 15.0,
+    ) -> list[Event]:
+        """Poll until some event of ``scenario`` on ``topic`` matches; return the matches."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [e for e in self.events(topic, scenario) if predicate(e)]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(self.POLL_S)
+
+
 @dataclass
-class ReefServer:
+class ReefServer(RecordedEvents):
     """One ``reef serve`` process plus what a test needs to talk to it and read its log."""
 
     kind: str
@@ -139,26 +170,6 @@ class ReefServer:
 
         result: list[Event] = _run(read())
         return result
-
-    def inference(self, scenario: str) -> list[InferenceRecorded]:
-        found = self.events(INFERENCE, scenario)
-        assert all(isinstance(e, InferenceRecorded) for e in found), found
-        return found  # type: ignore[return-value]
-
-    def wait_for(
-        self,
-        topic: str,
-        scenario: str,
-        predicate: Callable[[Event], bool] = lambda _: True,
-        timeout: float = 15.0,
-    ) -> list[Event]:
-        """Poll until some event of ``scenario`` on ``topic`` matches; return the matches."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [e for e in self.events(topic, scenario) if predicate(e)]
-            if found or time.monotonic() > deadline:
-                return found
-            time.sleep(0.2)
 
     def end_offsets(self, topics: Sequence[str] = API_TOPICS) -> Offsets:
         """End offsets of the topics the API writes (processors' outputs follow on their own)."""

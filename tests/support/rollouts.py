@@ -19,7 +19,7 @@ from reef.core.events import (
 )
 from reef.core.ids import EMPTY_CONTENT_ID, content_hash, derived_id, release_id
 from reef.core.rollouts import RolloutBook, fold
-from reef.testing.events import inference, receipt
+from reef_dev.events import inference, receipt
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -88,8 +88,8 @@ def events(state_dir: Path, topic: str, scenario: str) -> list[Event]:
         try:
             found = []
             # bodies opened (those stored as blocks assembled from the artifact store)
-            settings = Settings(state_dir=state_dir)
-            claims = ClaimCheck(open_store(settings), settings.claim_check_bytes)
+            settings = Settings.of(state_dir=state_dir)
+            claims = ClaimCheck(open_store(settings), settings.artifacts.claim_check_bytes)
             async with readable_store(log, claims) as store:
                 async for stored in store.read(topic, scenario=scenario):
                     assert stored.event is not None, f"undecodable record: {stored.error}"

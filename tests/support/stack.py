@@ -1,4 +1,4 @@
-"""Handles on the local test stack's services (see reef/stack and tests/stack_plugin.py,
+"""Handles on the local test stack's services (see reef_dev/stack and tests/stack_plugin.py,
 whose fixtures hand them out): Kafka brokers and clusters to kill and restart, and the
 S3 server with its credentials and a client."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef.stack import kafka, process, seaweed
-from reef.stack.paths import StackSettings
-from reef.stack.process import Echo
+from reef_dev.stack import kafka, process, seaweed
+from reef_dev.stack.paths import StackSettings
+from reef_dev.stack.process import Echo
 
 
 @dataclass

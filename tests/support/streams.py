@@ -49,15 +49,19 @@ def start_streams_with(
     """``reef streams <log flags>`` in its own working directory (its data dir is there);
     ``env`` adds settings (which processors it hosts)."""
     argv = [reef_executable(), "streams", *log_flags]
+    return StreamsWorker(
+        spawn_in(argv, work_dir, "streams", clean_env({**WORKER_ENV, **(env or {})}))
+    )
+
+
+def spawn_in(argv: list[str], work_dir: Path, name: str, env: Mapping[str, str]) -> ManagedProcess:
+    """``argv`` started in ``work_dir`` (made if missing), its output in
+    ``<name>.stdout.log`` and ``<name>.stderr.log`` there."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    out, err = work_dir / "streams.stdout.log", work_dir / "streams.stderr.log"
+    out, err = work_dir / f"{name}.stdout.log", work_dir / f"{name}.stderr.log"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            argv,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            env=clean_env({**WORKER_ENV, **(env or {})}),
+            argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env=dict(env),
             cwd=work_dir,
-        )
-    return StreamsWorker(ManagedProcess(argv, process, out, err))
+        )  # fmt: skip
+    return ManagedProcess(argv, process, out, err)

@@ -34,6 +34,7 @@ from reef.hosts.embedded import EmbeddedRuntime
 from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from trainers.consumer import Trainer, TrainerConfig
+from trainers.publish import Publisher
 
 FAKE = "tests.support.fake_recipe:FakeRecipe"
 
@@ -132,13 +133,23 @@ class Harness:
         return sample_id
 
     def trainer(
-        self, config: dict[str, Any], *, recipe_name: str = FAKE, release_wait_s: float = 60.0
+        self,
+        config: dict[str, Any],
+        *,
+        recipe_name: str = FAKE,
+        release_wait_s: float = 60.0,
+        store: EventStore | None = None,
+        publisher: Publisher | None = None,
     ) -> Trainer:
+        """A trainer of ``config`` (not started); ``store``: one over the same log that
+        opens sealed samples, instead of the harness's."""
         recipe = build_recipe(recipe_name, config)
         trainer_config = TrainerConfig(
             recipe_name, "test", self.tmp / "trainer", release_wait_s=release_wait_s
         )
-        return Trainer(recipe, self.store, self.content, trainer_config)
+        return Trainer(
+            recipe, store or self.store, self.content, trainer_config, publisher=publisher
+        )
 
     async def events(self, topic: str) -> list[Event]:
         return [s.event async for s in self.store.read(topic) if s.event is not None]

@@ -13,7 +13,7 @@ def confluent_codec(registry_url: str, topic_prefix: str = "") -> EventCodec:
     --schema-registry-url`` does) and return the codec a confluent deployment writes with."""
     with SchemaRegistry(registry_url) as registry:
         register_schemas(registry, registration_plan(topic_prefix=topic_prefix))
-    settings = Settings(
+    settings = Settings.of(
         schema_registry_url=registry_url, wire_format="confluent", kafka_topic_prefix=topic_prefix
     )
     return open_codec(settings)

@@ -252,14 +252,26 @@ def accumulate_sft(
     chunks: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     place: Placement,
 ) -> float:
-    """Backward of the mean token loss over all the chunks (gradients accumulate)."""
+    """Backward of the mean token loss over all the chunks (gradients accumulate).
+
+    The tokens every row of a micro-batch starts with, and trains none of (an agent's
+    system prompt and tools, repeated in every trajectory), run through the model once
+    for the micro-batch: the rows continue from that one computation (its keys and values
+    repeated per row), so the loss and the gradient are the full computation's while the
+    work shrinks with the shared prompt. Not under gradient checkpointing, which keeps
+    no keys and values."""
     tokens = max(sum(int((labels[:, 1:] != IGNORE).sum()) for _, labels, _ in chunks), 1)
+    checkpointing = bool(getattr(model, "is_gradient_checkpointing", False))
     total = 0.0
     for ids, labels, mask in chunks:
         ids, labels, mask = (t.to(place.device) for t in (ids, labels, mask))
+        shared = 0 if checkpointing else shared_prefix(ids, labels, mask)
         with place.autocast():
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
-        target = labels[:, 1:]
+            if shared:
+                logits, target = _logits_after_prefix(model, ids, mask, shared), labels[:, shared:]
+            else:
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+                target = labels[:, 1:]
         loss = (
             torch.nn.functional.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]),
@@ -272,6 +284,43 @@ def accumulate_sft(
         torch.autograd.backward(loss)
         total += float(loss.item())
     return total
+
+
+#: the shortest shared prefix computed once. The result equals the full pass's up to
+#: float rounding (attention sums in another order), not bit for bit, so short prompts,
+#: cheap either way, keep the full pass and train to exactly the weights they always did
+MIN_SHARED_PREFIX = 128
+
+
+def shared_prefix(ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many leading tokens every row of a micro-batch has alike with no loss on any
+    of them (a label at position t is predicted at t - 1: none up to the prefix's end),
+    leaving each row one token of its own; 0 when fewer than ``MIN_SHARED_PREFIX`` or
+    a single row."""
+    if ids.shape[0] < 2:
+        return 0
+    differs = (ids != ids[:1]).any(dim=0).nonzero()
+    common = int(differs[0]) if len(differs) else ids.shape[1]
+    common = min(common, int(mask.sum(dim=1).min()) - 1)
+    trained = (labels != IGNORE).any(dim=0).nonzero()
+    if len(trained):
+        common = min(common, int(trained[0]))
+    return common if common >= MIN_SHARED_PREFIX else 0
+
+
+def _logits_after_prefix(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, shared: int
+) -> torch.Tensor:
+    """The logits predicting positions ``shared`` to the end of every row, the shared
+    prefix computed once (for the first row) and its cache repeated for the others."""
+    head = model(input_ids=ids[:1, :shared], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(ids.shape[0])
+    rest = model(
+        input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache, use_cache=True
+    ).logits
+    first = head.logits[:, -1:].expand(ids.shape[0], -1, -1)
+    return torch.cat([first, rest[:, :-1]], dim=1)
 
 
 def train_grpo(

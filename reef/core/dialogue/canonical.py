@@ -7,9 +7,9 @@ other than messages, function calls and their outputs are left out, so the diale
 string and block content, and a client that rewrites call ids compare equal.
 
 This form is stable: records already on the log carry fingerprints of it, and a new
-record must fingerprint a message exactly as they did. ``tests/unit/test_dialogue_
-canonical.py`` holds the definition it had before the conversation model and checks
-the two agree on generated conversations of every dialect.
+record must fingerprint a message exactly as they did.
+``tests/unit/reef/core/dialogue/test_dialogue.py`` holds the definition it had before the
+conversation model and checks the two agree on generated conversations of every dialect.
 """
 
 from __future__ import annotations
