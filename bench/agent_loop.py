@@ -48,11 +48,17 @@ QUIET_ENV = {
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
 }
-#: Qwen's pre-tokeniser split (digits one by one; a run of newlines is one piece)
-QWEN_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+#: the folder's pre-tokeniser split: a run of letters is a piece of its own, apart from the
+#: space or punctuation before it, so a word is the same tokens in a sentence (" name"),
+#: a path ("/name") or a JSON string ('"name'). A pretrained tokenizer gives those three
+#: different tokens, and a pretrained model has learned from its corpus that they are
+#: one word; random weights have not, and could not copy a word they never trained on
+#: from the prompt into a call
+LETTER_RUNS_SPLIT = r"\p{L}+|\p{N}|\s+|[^\s\p{L}\p{N}]+"
+CONSONANTS, VOWELS = "bcdfghjklmnprstvwz", "aeiou"
+#: the syllables the tasks' pseudo-words are made of, which the tokenizer learns as pieces
+#: (never the words themselves): any word, held-out ones included, is pieces training saw
+SYLLABLES = " ".join(c + v for c in CONSONANTS for v in VOWELS)
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 #: the sampling of Qwen2.5-Instruct's generation_config.json, which the folder ships so the
 #: engine samples the CLIs' requests (they send no temperature) as it would that family;
@@ -69,11 +75,10 @@ PHRASES = (
 
 def pseudo_words(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
     found: dict[str, None] = {}
     while len(found) < count:
         size = rng.randint(4, 6)
-        found["".join(rng.choice(vowels if i % 2 else consonants) for i in range(size))] = None
+        found["".join(rng.choice(VOWELS if i % 2 else CONSONANTS) for i in range(size))] = None
     return list(found)
 
 
@@ -315,20 +320,23 @@ def build_folder(
     seed: int = 0,
 ) -> Path:
     """A Qwen2 folder (random weights from ``seed``) whose tokenizer is trained on the
-    probed requests (their strings and their tools as JSON) and ``texts``, with the
-    Qwen2.5 tool template and Qwen2.5-Instruct's sampling defaults."""
+    probed requests (their strings and their tools as JSON), ``texts`` and the syllables
+    of the tasks' words (:data:`SYLLABLES`), with the Qwen2.5 tool template and
+    Qwen2.5-Instruct's sampling defaults. ``texts`` must not hold the task words: a word
+    the tokenizer learned whole is one token whose embedding only that word's own tasks
+    train, so no model could copy a held-out one."""
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    corpus = list(texts)
+    corpus = [*texts, *[SYLLABLES] * 8]
     for body in bodies:
         corpus += list(_strings(body))
         corpus += [json.dumps(t) for t in body.get("tools") or []]
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.Split(Regex(LETTER_RUNS_SPLIT), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -374,13 +382,22 @@ def build_folder(
 
 
 def warm_copy(
-    folder: Path, avoid: Sequence[str], *, steps: int, device: str, batch: int = 32, seed: int = 5
+    folder: Path,
+    avoid: Sequence[str],
+    *,
+    steps: int,
+    device: str,
+    batch: int = 32,
+    filler: int = 300,
+    learning_rate: float = 1e-3,
+    seed: int = 5,
 ) -> float:
     """Pretrain the folder's random weights on a generic ability a pretrained model
     brings, copying: a user turn "Repeat exactly: <words>" (pseudo-words none of which
     is in ``avoid``, behind a system turn of filler of random length) answered with the
-    words. No task, tool or tool-call syntax is seen. Overwrites the folder's weights;
-    returns the last batch's loss."""
+    words. No task, tool or tool-call syntax is seen. ``filler``: the most filler words;
+    ``learning_rate``: AdamW's. Overwrites the folder's weights; returns the last batch's
+    loss."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -392,10 +409,10 @@ def warm_copy(
     context = int(model.config.max_position_embeddings)
 
     def example() -> tuple[list[int], int]:
-        filler = " ".join(rng.choice(pool) for _ in range(rng.randint(0, 300)))
+        padding = " ".join(rng.choice(pool) for _ in range(rng.randint(0, filler)))
         words = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
         messages = [
-            {"role": "system", "content": filler},
+            {"role": "system", "content": padding},
             {"role": "user", "content": f"Repeat exactly: {words}"},
         ]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -403,7 +420,7 @@ def warm_copy(
         answer = tokenizer(words + "<|im_end|>", add_special_tokens=False)["input_ids"]
         return ids + answer, len(ids)
 
-    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
     model.train(True)
     loss = torch.tensor(0.0)
     for _ in range(steps):

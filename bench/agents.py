@@ -32,6 +32,7 @@ import httpx
 
 from bench.agent_loop import (
     CLIS,
+    PHRASES,
     Checker,
     Cli,
     Session,
@@ -162,13 +163,19 @@ def wait_decided(base_url: str, reports: int, timeout: float = 900.0) -> None:
     raise RuntimeError(f"the trainer did not decide {reports} samples in {timeout:.0f}s")
 
 
-def run_cli(cli: Cli, work: Path, args: Any) -> Result:
-    train, held_out = task_sets(args.train_tasks, args.held_out)
-    gate = held_out[args.measure :][: args.gate_tasks]
-    measure = held_out[: args.measure]
-    probe_body = probe(cli, PROBE_PROMPT, work / f"{cli.name}-workdir", work / "probe-home")
-    texts = [t.prompt for t in [*train, *held_out]]
-    texts += [cli.correct(t, work / f"{cli.name}-workdir") for t in [*train, *held_out]]
+def prepared_folder(
+    cli: Cli,
+    work: Path,
+    probe_body: dict[str, Any],
+    train: list[Task],
+    held_out: list[Task],
+    args: Any,
+) -> Path:
+    """The folder the loop starts from: built on the probed request, then the copy warm
+    start's phases (short prompts first, then prompts as long as an agent's)."""
+    # the phrasings and a call without their words: the words themselves are pieces
+    texts = [phrase.format(name="", word="") for phrase in PHRASES]
+    texts.append(cli.correct(Task(".txt", "", PHRASES[0]), work / f"{cli.name}-workdir"))
     folder = build_folder(
         work / f"{cli.name}-folder",
         [probe_body],
@@ -177,15 +184,34 @@ def run_cli(cli: Cli, work: Path, args: Any) -> Result:
         layers=args.layers,
         context=args.context,
     )
-    if args.warm_steps:
-        words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
-        started = time.monotonic()
-        loss = warm_copy(folder, words, steps=args.warm_steps, device=args.device)
-        print(
-            f"{cli.name}: copy warm start, {args.warm_steps} steps on {args.device} in "
-            f"{time.monotonic() - started:.0f}s, last loss {loss:.3f}",
-            flush=True,
-        )
+    words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
+    warm = ((args.warm_steps, 30, 32, 2e-3), (args.warm_long_steps, 250, 12, 1e-3))
+    for steps, filler, batch, rate in warm:
+        if steps:  # short prompts first, then prompts as long as an agent's
+            started = time.monotonic()
+            loss = warm_copy(
+                folder,
+                words,
+                steps=steps,
+                device=args.device,
+                batch=batch,
+                filler=filler,
+                learning_rate=rate,
+            )
+            print(
+                f"{cli.name}: copy warm start, {steps} steps behind up to {filler} words on "
+                f"{args.device} in {time.monotonic() - started:.0f}s, last loss {loss:.3f}",
+                flush=True,
+            )
+    return folder
+
+
+def run_cli(cli: Cli, work: Path, args: Any) -> Result:
+    train, held_out = task_sets(args.train_tasks, args.held_out)
+    gate = held_out[args.measure :][: args.gate_tasks]
+    measure = held_out[: args.measure]
+    probe_body = probe(cli, PROBE_PROMPT, work / f"{cli.name}-workdir", work / "probe-home")
+    folder = args.folder or prepared_folder(cli, work, probe_body, train, held_out, args)
     route = ROUTES[cli.name]
     result = Result(cli.name, prompt_tokens(probe_body, route, folder))
     print(f"{cli.name}: prompt {result.prompt_tokens} tokens", flush=True)
@@ -294,10 +320,22 @@ def main() -> None:
         "--warm-steps", type=int, default=0, help="copy warm start first (0: random weights)"
     )
     parser.add_argument(
+        "--warm-long-steps",
+        type=int,
+        default=0,
+        help="then copy warm start steps behind prompts as long as an agent's",
+    )
+    parser.add_argument(
         "--micro-batch-tokens",
         type=int,
         default=65536,
         help="padded tokens per forward pass: one micro-batch computes the shared prompt once",
+    )
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        default=None,
+        help="start from this folder (an earlier run's, warm start included), not a new one",
     )
     parser.add_argument("--device", default="cpu", help="engine and training: cpu or cuda")
     parser.add_argument(
