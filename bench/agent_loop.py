@@ -297,6 +297,11 @@ def probe(cli: Cli, prompt: str, workdir: Path, home: Path) -> dict[str, Any]:
 # The model folder
 
 
+def request_texts(body: dict[str, Any]) -> list[str]:
+    """A probed request's text: its strings, and its tools as JSON."""
+    return [*_strings(body), *[json.dumps(t) for t in body.get("tools") or []]]
+
+
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
@@ -331,8 +336,7 @@ def build_folder(
 
     corpus = [*texts, *[SYLLABLES] * 8]
     for body in bodies:
-        corpus += list(_strings(body))
-        corpus += [json.dumps(t) for t in body.get("tools") or []]
+        corpus += request_texts(body)
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -381,23 +385,48 @@ def build_folder(
     return directory
 
 
+@dataclass(frozen=True)
+class WarmPhase:
+    """Steps of the copy warm start: the prompts' filler, the batch and the optimiser."""
+
+    steps: int
+    #: the most filler words in front of the words to repeat
+    filler: int
+    batch: int
+    learning_rate: float
+    #: the gradient norm clipped to (None: not clipped)
+    clip: float | None = None
+    #: the share of examples whose filler is a window of the probed request's text, as a
+    #: pretraining corpus holds text of that kind (the others: pseudo-words)
+    text_share: float = 0.0
+
+
+#: the copy warm start measured on the CPU (hidden 64, 2 layers; docs/benchmarks/agents.md):
+#: copying is learned behind short prompts, then carried to prompts as long as Claude
+#: Code's, then to filler that reads like them
+COPY_WARM_START = (
+    WarmPhase(2000, 30, 32, 2e-3),
+    WarmPhase(400, 250, 8, 1e-3),
+    WarmPhase(500, 250, 12, 1e-3),
+    WarmPhase(600, 250, 12, 4e-4, clip=1.0),
+    WarmPhase(500, 250, 12, 4e-4, clip=1.0, text_share=0.7),
+)
+
+
 def warm_copy(
     folder: Path,
     avoid: Sequence[str],
+    phase: WarmPhase,
     *,
-    steps: int,
     device: str,
-    batch: int = 32,
-    filler: int = 300,
-    learning_rate: float = 1e-3,
+    texts: Sequence[str] = (),
     seed: int = 5,
 ) -> float:
-    """Pretrain the folder's random weights on a generic ability a pretrained model
-    brings, copying: a user turn "Repeat exactly: <words>" (pseudo-words none of which
-    is in ``avoid``, behind a system turn of filler of random length) answered with the
-    words. No task, tool or tool-call syntax is seen. ``filler``: the most filler words;
-    ``learning_rate``: AdamW's. Overwrites the folder's weights; returns the last batch's
-    loss."""
+    """Pretrain the folder's weights on a generic ability a pretrained model brings,
+    copying: a user turn "Repeat exactly: <words>" (pseudo-words none of which is in
+    ``avoid``) behind a system turn of filler of random length (pseudo-words, or a window
+    of the words of ``texts``), answered with the words. No task, tool or tool-call
+    syntax is seen. Overwrites the folder's weights; returns the last batch's loss."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -406,13 +435,21 @@ def warm_copy(
     rng = random.Random(seed)
     taken = set(avoid)
     pool = [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
+    text = " ".join(texts).split()
     context = int(model.config.max_position_embeddings)
 
+    def padding() -> str:
+        if phase.text_share and text and rng.random() < phase.text_share:
+            count = rng.randint(0, phase.filler)
+            start = rng.randint(0, max(0, len(text) - count))
+            return " ".join(text[start : start + count])
+        return " ".join(rng.choice(pool) for _ in range(rng.randint(0, phase.filler)))
+
     def example() -> tuple[list[int], int]:
-        padding = " ".join(rng.choice(pool) for _ in range(rng.randint(0, filler)))
+        filler = padding()
         words = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
         messages = [
-            {"role": "system", "content": padding},
+            {"role": "system", "content": filler},
             {"role": "user", "content": f"Repeat exactly: {words}"},
         ]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -420,10 +457,11 @@ def warm_copy(
         answer = tokenizer(words + "<|im_end|>", add_special_tokens=False)["input_ids"]
         return ids + answer, len(ids)
 
-    optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=phase.learning_rate)
     model.train(True)
     loss = torch.tensor(0.0)
-    for _ in range(steps):
+    batch = phase.batch
+    for _ in range(phase.steps):
         rows = [example() for _ in range(batch)]
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((batch, width), int(tokenizer.pad_token_id))
@@ -441,6 +479,8 @@ def warm_copy(
         loss = out.loss
         optimiser.zero_grad()
         loss.backward()
+        if phase.clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), phase.clip)
         optimiser.step()
     model.train(False)
     model.to("cpu").save_pretrained(folder)

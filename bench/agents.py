@@ -32,6 +32,7 @@ import httpx
 
 from bench.agent_loop import (
     CLIS,
+    COPY_WARM_START,
     PHRASES,
     Checker,
     Cli,
@@ -39,6 +40,7 @@ from bench.agent_loop import (
     Task,
     build_folder,
     probe,
+    request_texts,
     task_sets,
     warm_copy,
     with_codex_sandbox,
@@ -185,24 +187,14 @@ def prepared_folder(
         context=args.context,
     )
     words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
-    warm = ((args.warm_steps, 30, 32, 2e-3), (args.warm_long_steps, 250, 12, 1e-3))
-    for steps, filler, batch, rate in warm:
-        if steps:  # short prompts first, then prompts as long as an agent's
-            started = time.monotonic()
-            loss = warm_copy(
-                folder,
-                words,
-                steps=steps,
-                device=args.device,
-                batch=batch,
-                filler=filler,
-                learning_rate=rate,
-            )
-            print(
-                f"{cli.name}: copy warm start, {steps} steps behind up to {filler} words on "
-                f"{args.device} in {time.monotonic() - started:.0f}s, last loss {loss:.3f}",
-                flush=True,
-            )
+    for phase in COPY_WARM_START if args.warm_start == "copy" else ():
+        started = time.monotonic()
+        loss = warm_copy(folder, words, phase, device=args.device, texts=request_texts(probe_body))
+        print(
+            f"{cli.name}: copy warm start, {phase} on {args.device} in "
+            f"{time.monotonic() - started:.0f}s, last loss {loss:.3f}",
+            flush=True,
+        )
     return folder
 
 
@@ -317,13 +309,10 @@ def main() -> None:
         "--context", type=int, default=4096, help="the folder's window (bounds an answer)"
     )
     parser.add_argument(
-        "--warm-steps", type=int, default=0, help="copy warm start first (0: random weights)"
-    )
-    parser.add_argument(
-        "--warm-long-steps",
-        type=int,
-        default=0,
-        help="then copy warm start steps behind prompts as long as an agent's",
+        "--warm-start",
+        choices=["none", "copy"],
+        default="none",
+        help="copy: the folder learns to copy first (bench.agent_loop.COPY_WARM_START)",
     )
     parser.add_argument(
         "--micro-batch-tokens",

@@ -72,7 +72,7 @@ run() {
   # the session's commands run unsandboxed there, in a throwaway working directory.
   timeout "${REEF_AGENTS_GPU_BUDGET_S:-540}" python3 -m bench.agents --cli codex \
     --device cuda --hidden "${REEF_AGENTS_GPU_HIDDEN:-256}" --layers 4 --context 1600 \
-    --warm-steps "${REEF_AGENTS_GPU_WARM_STEPS:-1200}" --measure 8 --sessions 24 --rounds 8 \
+    --warm-start copy --measure 8 --sessions 24 --rounds 8 \
     --gate-tasks 4 --steps "${REEF_AGENTS_GPU_STEPS:-40}" --lr "${REEF_AGENTS_GPU_LR:-1e-3}" \
     --budget-s "${REEF_AGENTS_GPU_LOOP_S:-300}" \
     --codex-sandbox danger-full-access --work /tmp/reef-gpu-work 2>&1 | tee "$out/agents_gpu.log"
