@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--accumulate", action="store_true")
+    parser.add_argument("--method", choices=["full", "lora"], default="full")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--held-out", type=int, default=8)
@@ -53,6 +54,7 @@ def main() -> None:
     import torch
 
     from recipes.training import SftTraining
+    from trainers.backends.lora import train_sft_lora
     from trainers.backends.torch_backend import generate_greedy, train_sft
 
     torch.set_num_threads(args.threads)
@@ -103,6 +105,7 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         options = SftTraining(
             base_model=str(folder),
+            method=args.method,
             steps=args.steps,
             learning_rate=args.lr,
             max_length=4096,
@@ -110,7 +113,8 @@ def main() -> None:
             micro_batch_tokens=65536,
         )
         started = time.monotonic()
-        metrics = train_sft(parent, examples, out, options)
+        fit = train_sft_lora if args.method == "lora" else train_sft
+        metrics = fit(parent, examples, out, options)
         seconds = time.monotonic() - started
         answers = greedy(out, asked, 64)
         exact = sum(
