@@ -8,8 +8,10 @@ by Reef, a checker that reports each session's outcome, and the releases that fo
 * :func:`probe`: one session against a capturing stand-in, for the request the CLI
   really sends (the tokenizer is trained on it; the gate's tasks are rendered from it).
 * :func:`build_folder`: a Qwen2 folder with random weights, a BPE tokenizer trained on
-  the probed requests and the task words, a chat template that renders tools, and
-  Qwen2.5-Instruct's sampling defaults in its ``generation_config.json``.
+  the probed requests and the syllables of the task words (never the words), a chat
+  template that renders tools, and Qwen2.5-Instruct's sampling defaults in its
+  ``generation_config.json``; :func:`warm_copy`, one phase of the copy warm start
+  (:data:`COPY_WARM_START`).
 * :class:`Checker`: after a session, the exchanges it recorded (``GET
   /reef/scenarios/{s}/records``), success checked on disk, and a report quoting the
   receipt (``reef_client``) of the first exchange, and of the second after a call that

@@ -173,9 +173,10 @@ def prepared_folder(
     held_out: list[Task],
     args: Any,
 ) -> Path:
-    """The folder the loop starts from: built on the probed request, then the copy warm
-    start's phases (short prompts first, then prompts as long as an agent's)."""
-    # the phrasings and a call without their words: the words themselves are pieces
+    """The folder the loop starts from: built on the probed request, then, with
+    ``--warm-start copy``, the copy warm start's phases."""
+    # the phrasings and a call with their words left out: the tokenizer learns the
+    # words' syllables (bench.agent_loop.SYLLABLES), never the words
     texts = [phrase.format(name="", word="") for phrase in PHRASES]
     texts.append(cli.correct(Task(".txt", "", PHRASES[0]), work / f"{cli.name}-workdir"))
     folder = build_folder(
