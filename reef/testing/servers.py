@@ -264,12 +264,12 @@ def running_reef(args: Sequence[str] = (), **kwargs: Any) -> Iterator[ReefProces
 # The scripted upstream
 
 
-@dataclass
-class UpstreamProcess:
-    """The scripted upstream (reef/testing/scripted_upstream.py) in its own process."""
+class ScriptedUpstreamLog:
+    """What a scripted upstream (reef/testing/scripted_upstream.py) at ``base_url`` says
+    about the requests that reached it, wherever it runs."""
 
+    __slots__ = ()
     base_url: str
-    managed: ManagedProcess
 
     @property
     def v1_url(self) -> str:
@@ -288,6 +288,14 @@ class UpstreamProcess:
 
     def clear(self) -> None:
         httpx.delete(f"{self.base_url}/_stub/requests", timeout=10.0).raise_for_status()
+
+
+@dataclass
+class UpstreamProcess(ScriptedUpstreamLog):
+    """The scripted upstream in its own process."""
+
+    base_url: str
+    managed: ManagedProcess
 
     def stop(self) -> int:
         return self.managed.stop()

@@ -39,6 +39,7 @@ from reef.log.embedded import EmbeddedLog
 from reef.services.eventstore import EventStore
 from reef.settings import Settings, load_settings
 from reef.testing.scripted_upstream import make_app
+from reef.testing.servers import ScriptedUpstreamLog
 from reef.wiring import create_app, readable_store
 from tests.support.in_process import serving
 from tests.support.reef_server import API_TOPICS, Offsets, RecordedEvents, server_env
@@ -48,24 +49,10 @@ DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class ScriptedProvider:
-    """The scripted provider an app relays to, on a loopback socket."""
+class ScriptedProvider(ScriptedUpstreamLog):
+    """The scripted provider an app relays to, on a loopback socket in this process."""
 
     base_url: str
-
-    @property
-    def v1_url(self) -> str:
-        return f"{self.base_url}/v1"
-
-    def requests(self, contains: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        """Recent requests that reached it (headers as ``[name, value]`` pairs)."""
-        params: dict[str, Any] = {"limit": limit}
-        if contains is not None:
-            params["contains"] = contains
-        response = httpx.get(f"{self.base_url}/_stub/requests", params=params, timeout=10.0)
-        response.raise_for_status()
-        found: list[dict[str, Any]] = response.json()["requests"]
-        return found
 
 
 class AppTransport(httpx.BaseTransport):

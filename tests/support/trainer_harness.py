@@ -75,7 +75,12 @@ class Harness:
 
     async def move_head(self, scenario: str, parent: str, score: float) -> str:
         """An admin-style training proposal with real content; returns the new head."""
-        content_id = self.content.publish_files({"score.txt": f"{score:.6f}"})
+        return await self.publish_head(scenario, parent, {"score.txt": f"{score:.6f}"})
+
+    async def publish_head(self, scenario: str, parent: str, files: dict[str, bytes | str]) -> str:
+        """``files`` published and proposed by an admin as training on ``parent``; returns
+        the release that becomes the head."""
+        content_id = self.content.publish_files(files)
         await self.store.append(
             ReleaseProposed(
                 event_id=new_record_id(),

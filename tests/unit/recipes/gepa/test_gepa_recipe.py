@@ -19,8 +19,8 @@ from recipes.samples import Sample, Turn
 from recipes.tasks import exact
 from reef.artifacts import materialise
 from reef.core import topics
-from reef.core.events import ReleaseCommitted, ReleaseProposed, SampleJoined, utc_now
-from reef.core.ids import new_record_id, release_id
+from reef.core.events import ReleaseCommitted, SampleJoined, utc_now
+from reef.core.ids import new_record_id
 from reef.testing.harness_upstream import RULE, USELESS, StandInChat, agent_answer
 from tests.support.trainer_harness import Harness, until
 from trainers.consumer import Trainer, TrainerConfig
@@ -51,21 +51,7 @@ def trainer(harness: Harness, chat: StandInChat, tasks: list[dict[str, str]]) ->
 async def seeded(harness: Harness, scenario: str) -> str:
     """A scenario whose head serves the seed harness (as an operator would publish it)."""
     creation = await harness.create(scenario, recipe="gepa")
-    content = harness.content.publish_files({"system_prompt.md": SEED + "\n"})
-    await harness.store.append(
-        ReleaseProposed(
-            event_id=new_record_id(),
-            scenario=scenario,
-            occurred_at=utc_now(),
-            producer="admin",
-            proposal_id=new_record_id(),
-            content_id=content,
-            operation="training",
-            parent_release_id=creation,
-        )
-    )
-    await harness.settle()
-    return release_id(scenario, creation, content, "training")
+    return await harness.publish_head(scenario, creation, {"system_prompt.md": SEED + "\n"})
 
 
 async def episodes(
