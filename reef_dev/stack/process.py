@@ -34,7 +34,6 @@ def no_echo(_: str) -> None:
     """An ``Echo`` that discards progress messages."""
 
 
-
 def tail(path: Path, lines: int = 40) -> str:
     """The last ``lines`` lines of a text file ('' when it does not exist)."""
     try:
@@ -113,8 +112,20 @@ def _read_pid(pid_file: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# How long a process may show no arguments before it is taken for another one: a
+# process inside execve (the launcher's shell becoming ``env``, ``env`` becoming
+# the service) has none for a moment, longer for a large binary on a slow machine.
+EXEC_GRACE_S = 2.0
+
+
 def pid_alive(pid: int, marker: str | None = None) -> bool:
-    """Whether ``pid`` is a live (non-zombie) process whose cmdline contains ``marker``."""
+    """Whether ``pid`` is a live (non-zombie) process whose cmdline contains ``marker``.
+
+    A process that shows no arguments is read again until it does or
+    ``EXEC_GRACE_S`` has passed: right after ``spawn`` the service may be between
+    two programs, and taking that moment for an exit would report a healthy
+    service as dead.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -124,17 +135,23 @@ def pid_alive(pid: int, marker: str | None = None) -> bool:
     proc = Path("/proc") / str(pid)
     if not Path("/proc/self").exists():
         return True  # no procfs: trust kill(pid, 0)
+    deadline = time.monotonic() + EXEC_GRACE_S
     try:
-        stat = (proc / "stat").read_text()
-        # The state follows the parenthesised command name.
-        if stat[stat.rindex(")") + 2 :].startswith(("Z", "X")):
-            return False
-        if marker is not None:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            return marker.encode() in cmdline
+        while True:
+            stat = (proc / "stat").read_text()
+            # The state follows the parenthesised command name.
+            if stat[stat.rindex(")") + 2 :].startswith(("Z", "X")):
+                return False
+            if marker is None:
+                return True
+            cmdline = (proc / "cmdline").read_bytes()
+            if cmdline.strip(b"\0"):
+                return marker.encode() in cmdline.replace(b"\0", b" ")
+            if time.monotonic() >= deadline:
+                return False  # no arguments for that long: a kernel thread, not ours
+            time.sleep(0.01)
     except (FileNotFoundError, ProcessLookupError, ValueError):
         return False
-    return True
 
 
 def find_pid(marker: str) -> int | None:
@@ -255,6 +272,16 @@ def kill(service: Service) -> bool:
     return killed
 
 
+def _exited(service: Service) -> bool:
+    """Whether ``service`` is gone, seen so twice a second apart: one look can fall
+    where its pid cannot be confirmed (between the launcher's programs, or while
+    another launch rewrites the pid file)."""
+    if service.is_running():
+        return False
+    time.sleep(1.0)
+    return not service.is_running()
+
+
 def wait_until(
     what: str,
     probe: Callable[[], bool],
@@ -275,7 +302,7 @@ def wait_until(
     next_note = start + 15.0
     while True:
         for svc in services:
-            if not svc.is_running():
+            if _exited(svc):
                 raise StackError(f"{svc.name} exited while waiting for {what}\n{svc.log_tail()}")
         try:
             if probe():
