@@ -37,6 +37,8 @@ from typing import Any
 #: (module, attribute, label): the stages timed, where the code has them
 STAGES = [
     ("reef.api.inference", "decoded_object", "decode + parse + checks"),
+    ("reef.api.rereading", "RecentRequests.read", "read the body (what is new, or whole)"),
+    ("reef.api.rereading", "decoded_object", "  of which read whole"),
     ("reef.crypto.blocks", "split", "blocks: split (lay out)"),
     ("reef.crypto.blocks", "rebuilds", "blocks: rebuild check"),
     ("reef.crypto.blocks", "digest", "blocks: hashing (each call)"),

@@ -41,6 +41,7 @@ from reef.api.auth import TokenRegistry, registry_from
 from reef.api.background import BackgroundTasks
 from reef.api.context import AppContext
 from reef.api.processor_watch import ProcessorWatch
+from reef.api.rereading import RecentRequests
 from reef.api.shadow import ShadowCopies
 from reef.api.upstream import Upstream
 from reef.artifacts import ClaimCheck, open_store
@@ -185,6 +186,7 @@ async def serving_context(
             background=background,
             shadows=shadows,
             adapters=AdapterKinds(content),
+            requests=RecentRequests(),
             seed_content_id=seed,
             trainer=trainer,
             judge=judge,

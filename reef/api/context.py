@@ -14,6 +14,7 @@ from reef.api.adapters import AdapterKinds
 from reef.api.auth import INSECURE, Principal, Scope, TokenRegistry
 from reef.api.background import BackgroundTasks
 from reef.api.processor_watch import ProcessorWatch
+from reef.api.rereading import RecentRequests
 from reef.api.shadow import ShadowCopies
 from reef.api.upstream import Upstream
 from reef.artifacts.content import ContentStore
@@ -56,6 +57,8 @@ class AppContext:
     shadows: ShadowCopies
     #: whether a release's weights are a LoRA adapter (reef.api.adapters)
     adapters: AdapterKinds
+    #: each session's latest request, to read the next by what is new in it
+    requests: RecentRequests
     seed_content_id: str | None = None
     #: the recipe's trainer when it runs inside this process (embedded default)
     trainer: TrainerStatus | None = None

@@ -33,12 +33,12 @@ from reef.api.dialects import (
     receipt_frames,
     usage_of,
 )
-from reef.api.inputs import decoded_object, read_body, scenario_header
+from reef.api.inputs import TAG_PREFIX, read_body, scenario_header
 from reef.api.pins import pinned_release
 from reef.api.shadow import ShadowRequest
 from reef.api.tags import exchange_tags
 from reef.api.upstream import UpstreamReply, relayed_status
-from reef.core import fingerprints, routing, shadow
+from reef.core import agent_headers, fingerprints, routing, shadow
 from reef.core.cost import NO_USAGE, Usage, exchange_cost
 from reef.core.errors import LogUnavailableError, RequestError, UpstreamBrokeError
 from reef.core.events import InferenceRecorded, utc_now
@@ -244,6 +244,19 @@ async def models(request: Request) -> Response:
     return Response(upstream_response.content, media_type="application/json")
 
 
+#: the client's own session tag
+SESSION_TAG_HEADER: Final = f"{TAG_PREFIX}session"
+
+
+def _session_of(request: Request, scenario: str, route: str) -> tuple[str, str, str]:
+    """Whose latest request this one is read against (:mod:`reef.api.rereading`): its
+    session as a header names it (the client's session tag, else its agent's), else the
+    route's latest request in the scenario. A wrong guess costs a whole parse."""
+    get = request.headers.get
+    session = get(SESSION_TAG_HEADER) or agent_headers.agent_tags(get).get("session", "")
+    return scenario, route, session
+
+
 def _ask_token_record(body: dict[str, Any], settings: Settings) -> bool:
     """Ask a chat request for the token record the settings want; True if it changed.
 
@@ -329,7 +342,7 @@ async def _serve(
     scenario = scenario_header(request)
     principal.require_scenario(scenario)
     raw = await read_body(request, ctx.settings.api.max_body_bytes)
-    text, body = decoded_object(raw)
+    text, body = ctx.requests.read(_session_of(request, scenario, route), raw)
     changed = False
     if ctx.upstream.model:
         body["model"] = ctx.upstream.model

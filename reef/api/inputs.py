@@ -87,7 +87,7 @@ def _text(body: bytes) -> str:
 def _checked(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RequestError(400, "invalid_json", "request body must be a JSON object")
-    if _deeper_than(value, MAX_DEPTH):
+    if deeper_than(value, MAX_DEPTH):
         raise _invalid(f"nested deeper than {MAX_DEPTH} levels")
     return value
 
@@ -107,7 +107,7 @@ def _finite_float(literal: str) -> float:
     return number
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
     """Whether arrays and objects nest more than ``limit`` levels (iteratively, visiting
     containers only: a body's strings and numbers are never pushed)."""
     stack: list[tuple[Any, int]] = [(value, 1)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,14 @@ import pytest
 
 from reef.core.events import InferenceRecorded
 from reef.core.topics import INFERENCE
-from tests.support.api import RECEIPT, chat_body, marker, messages_body, unique_scenario
+from tests.support.api import (
+    RECEIPT,
+    chat_body,
+    claude_code_turns,
+    marker,
+    messages_body,
+    unique_scenario,
+)
 from tests.support.embedded_app import AppFactory, EmbeddedApp, running_app
 
 
@@ -104,6 +112,33 @@ def test_every_receipt_is_in_the_log_with_the_release_that_served_it(
         assert word in (event.request_json or ""), event.request_json
         assert word in (event.response_json or ""), event.response_json
         assert f"{word} {i}" in (event.request_json or "")
+
+
+def test_an_agents_turns_reach_the_provider_and_the_log_byte_for_byte(
+    anthropic_app: EmbeddedApp,
+) -> None:
+    """Claude Code's turns as it writes them, streamed, in one session: each is read by
+    what is new since the one before, and the provider and the log get its bytes."""
+    scenario = unique_scenario("agent")
+    session = uuid.uuid4().hex
+    turns = claude_code_turns(3)
+    recent = anthropic_app.ctx.requests
+    reread = recent.reread
+    receipts: list[str] = []
+    with anthropic_app.client(scenario) as client:
+        for raw in turns:
+            headers = {"content-type": "application/json", "x-claude-code-session-id": session}
+            with client.stream("POST", "/v1/messages", content=raw, headers=headers) as response:
+                assert response.status_code == 200, response.read()
+                receipt = final_receipt(list(response.iter_lines()))
+                assert receipt is not None, "no receipt at the end of the stream"
+                receipts.append(receipt)
+    assert recent.reread - reread == len(turns) - 1
+    events = {e.event_id: e for e in anthropic_app.inference(scenario)}
+    assert [events[r].request_json for r in receipts] == [raw.decode() for raw in turns]
+    assert anthropic_app.upstream is not None
+    relayed = [r["raw"] for r in anthropic_app.upstream.requests() if r["path"] == "/v1/messages"]
+    assert relayed[-len(turns) :] == [raw.decode() for raw in turns]
 
 
 def test_no_event_for_requests_that_failed_upstream(openai_app: EmbeddedApp) -> None:

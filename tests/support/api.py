@@ -6,14 +6,18 @@ error shapes of the HTTP contract (OpenAI, Anthropic and Reef's own).
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 RECEIPT = re.compile(r"^[0-9a-f]{32}$")
+AGENT_FIXTURES = Path(__file__).parents[1] / "fixtures" / "agents"
 
 
 def unique_scenario(prefix: str = "e2e") -> str:
@@ -80,3 +84,41 @@ def messages_body(text: str, **extra: Any) -> dict[str, Any]:
         "messages": [{"role": "user", "content": text}],
         **extra,
     }
+
+
+def claude_code_turns(count: int = 2) -> list[bytes]:
+    """The captured Claude Code request, then ``count`` next turns as the CLI writes them
+    (compact, UTF-8): the answer's tool call and its result appended, the cache
+    breakpoint moved to the newest message."""
+    first = json.loads(
+        (AGENT_FIXTURES / "claude_code" / "quiet" / "first_request.json").read_text()
+    )
+    turns = [first]
+    for n in range(count):
+        body = json.loads(json.dumps(turns[-1]))
+        for message in body["messages"]:
+            if isinstance(message["content"], list):
+                for part in message["content"]:
+                    part.pop("cache_control", None)
+        call = f"toolu_{n}"
+        body["messages"] += [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": call, "name": "Write", "input": {"n": n}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call,
+                        "content": f"wrote file {n} ✓ 🤖",
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ]
+        turns.append(body)
+    return [orjson.dumps(t) for t in turns]

@@ -167,6 +167,11 @@ class EmbeddedApp(RecordedEvents):
     # -- talking to it -----------------------------------------------------------
 
     @property
+    def ctx(self) -> AppContext:
+        """The running app's context (what its handlers use)."""
+        return self._running.ctx
+
+    @property
     def upstream(self) -> ScriptedProvider | None:
         return self._running.provider
 

@@ -20,6 +20,7 @@ from reef.api.adapters import AdapterKinds
 from reef.api.background import BackgroundTasks
 from reef.api.context import AppContext
 from reef.api.processor_watch import ProcessorWatch
+from reef.api.rereading import RecentRequests
 from reef.api.shadow import ShadowCopies, ShadowRequest
 from reef.api.upstream import Upstream
 from reef.artifacts import LocalArtifactStore
@@ -114,6 +115,7 @@ def context(
         background=BackgroundTasks(),
         shadows=ShadowCopies(),
         adapters=AdapterKinds(content),
+        requests=RecentRequests(),
     )
 
 
