@@ -148,6 +148,7 @@ class _LogCollector(Collector):
         yield from self._turns()
         yield from self._rollouts()
         yield from _spend(self._ctx)
+        yield from _request_reads(self._ctx)
         lag = GaugeMetricFamily(
             "reef_processor_lag", "Input records not yet processed.", labels=["processor", "topic"]
         )
@@ -243,6 +244,26 @@ def _spend(ctx: AppContext) -> Iterator[Metric]:
 
 #: a rollout's statuses, as counted in ``reef_rollouts``
 ROLLOUT_STATUSES = ("active", "promoted", "rolled_back", "superseded")
+
+
+def _request_reads(ctx: AppContext) -> Iterator[Metric]:
+    """How this process read the request bodies it relayed (reef.api.rereading)."""
+    recent = ctx.requests
+    reads = CounterMetricFamily(
+        "reef_request_reads",
+        "Relayed request bodies by how this process read them: by what is new since the "
+        "session's latest request, or whole.",
+        labels=["read"],
+    )
+    reads.add_metric(["new"], recent.reread)
+    reads.add_metric(["whole"], recent.parsed)
+    yield reads
+    held = GaugeMetricFamily(
+        "reef_request_layouts_bytes",
+        "Bytes of sessions' latest requests this process holds to read their next ones by.",
+    )
+    held.add_metric([], recent.held)
+    yield held
 
 
 def _shadow_copies(ctx: AppContext) -> Iterator[Metric]:

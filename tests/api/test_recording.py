@@ -134,6 +134,11 @@ def test_an_agents_turns_reach_the_provider_and_the_log_byte_for_byte(
                 assert receipt is not None, "no receipt at the end of the stream"
                 receipts.append(receipt)
     assert recent.reread - reread == len(turns) - 1
+    with anthropic_app.client() as client:
+        exposition = client.get("/metrics").text
+    assert f'reef_request_reads_total{{read="new"}} {float(recent.reread)}' in exposition
+    assert f"reef_request_layouts_bytes {float(recent.held)}" in exposition
+    assert recent.held >= len(turns[-1])
     events = {e.event_id: e for e in anthropic_app.inference(scenario)}
     assert [events[r].request_json for r in receipts] == [raw.decode() for raw in turns]
     assert anthropic_app.upstream is not None
