@@ -10,15 +10,22 @@ smallest built-in tool schema of either CLI alone is larger than the window). Th
 untrained model answers gibberish; what is checked is that each CLI takes it as a
 well-formed answer (exit 0, the answer printed) and that Reef recorded the exchange,
 complete, under the scenario's head, as the engine's weights answered it.
+
+The CLIs run as ``docs/agents.md`` tells a user to run them, from the page's own blocks:
+its exports for Claude Code and its print-mode line, its ``config.toml`` for Codex and
+its ``codex exec`` line, in bash, with the substitutions a reader makes (the server's
+address, the scenario's name, the instructions file's path). The test adds only what
+isolates it from this machine: a home of its own, the pinned binaries on ``PATH``, and
+in Codex's configuration its update check and analytics off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -36,32 +43,51 @@ from reef.wiring import readable_store
 from tests.support import agent_clis
 from tests.support.api import unique_scenario
 
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+DEFAULT_ADDRESS = "http://127.0.0.1:8900"
+#: where the page's instructions file stands, and what the test writes there
+INSTRUCTIONS_PATH = "/path/to/instructions.md"
 SYSTEM = "Answer briefly."
 PROMPT = "say hi"
-#: Codex with its instructions replaced and every tool and extra context turned off
-CODEX_SMALL = (
-    "-c include_environment_context=false",
-    "-c include_permissions_instructions=false",
-    '-c web_search="disabled"',
-    "-c skills.include_instructions=false",
-    "-c tools.experimental_request_user_input.enabled=false",
-    *(
-        f"--disable {feature}"
-        for feature in (
-            "shell_tool",
-            "unified_exec",
-            "view_image",
-            "multi_agent",
-            "goals",
-            "image_generation",
-            "skill_search",
-            "apps",
-            "plugins",
-            "tool_suggest",
-            "sleep_tool",
-        )
-    ),
-)
+
+
+def page_blocks() -> list[tuple[str, str]]:
+    """The page's fenced blocks, in order: (language, text)."""
+    return BLOCK.findall(PAGE.read_text())
+
+
+def block(starting: str) -> str:
+    """The page's one block whose text starts with ``starting``."""
+    (found,) = [text for _, text in page_blocks() if text.startswith(starting)]
+    return found
+
+
+def as_reader(text: str, base_url: str, scenario: str) -> str:
+    """The page's text with a reader's substitutions: the address and the scenario."""
+    return text.replace(DEFAULT_ADDRESS, base_url).replace("NAME", scenario)
+
+
+def page_shell(script: str, home: Path, env: dict[str, str], cwd: Path) -> agent_clis.AgentRun:
+    """``script`` in bash, with the pinned CLIs on ``PATH`` as ``claude`` and ``codex``."""
+    bin_dir = home / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, binary in (
+        ("claude", agent_clis.claude_binary()),
+        ("codex", agent_clis.codex_binary()),
+    ):
+        (bin_dir / name).symlink_to(binary)
+    base = {**agent_clis.base_env(home), **agent_clis.QUIET_ENV, **env}
+    base["PATH"] = f"{bin_dir}:{base['PATH']}"
+    return agent_clis.AgentRun(["bash", "-euo", "pipefail", "-c", script], base, cwd)
+
+
+def test_the_page_has_the_blocks_this_test_runs() -> None:
+    languages = [language for language, _ in page_blocks()]
+    assert languages[:4] == ["bash", "toml", "bash", "bash"], languages
+    assert block("export ANTHROPIC_BASE_URL").rstrip().endswith("\nclaude")
+    assert block("claude -p ").count("\n") == 1
+    assert INSTRUCTIONS_PATH in block("codex exec ")
 
 
 @pytest.fixture(scope="module")
@@ -118,30 +144,19 @@ def test_claude_code_and_codex_get_answers_from_the_tiny_engine(
     work = tmp_path / "work"
     work.mkdir()
     claude_scenario, codex_scenario = unique_scenario("claude-own"), unique_scenario("codex-own")
-    claude = agent_clis.claude_code(
-        PROMPT,
-        base_url=process.base_url,
-        token=token,
-        scenario=claude_scenario,
-        workdir=work,
-        home=tmp_path / "claude-home",
-    )
-    claude = replace(
-        claude, argv=[*claude.argv, "--bare", "--system-prompt", SYSTEM, "--tools", ""]
-    )
+    exports = block("export ANTHROPIC_BASE_URL").rstrip().removesuffix("claude")  # interactive
+    claude_script = as_reader(exports + block("claude -p "), process.base_url, claude_scenario)
+    claude = page_shell(claude_script, tmp_path / "claude-home", {"REEF_TOKEN": token}, work)
+
+    codex_home = tmp_path / "codex-home"
+    config = as_reader(block('model_provider = "reef"'), process.base_url, codex_scenario)
+    (codex_home / ".codex").mkdir(parents=True)
+    isolated = "check_for_update_on_startup = false\n" + config + "\n[analytics]\nenabled = false\n"
+    (codex_home / ".codex" / "config.toml").write_text(isolated)
     instructions = tmp_path / "instructions.md"
     instructions.write_text(SYSTEM)
-    codex = agent_clis.codex(
-        PROMPT,
-        v1_url=f"{process.base_url}/v1",
-        token=token,
-        scenario=codex_scenario,
-        workdir=work,
-        home=tmp_path / "codex-home",
-    )
-    small = [f"-c model_instructions_file={json.dumps(str(instructions))}", *CODEX_SMALL]
-    options = [word for option in small for word in option.split(" ", 1)]
-    codex = replace(codex, argv=[*codex.argv[:-1], *options, codex.argv[-1]])
+    codex_script = block("codex exec ").replace(INSTRUCTIONS_PATH, str(instructions))
+    codex = page_shell(codex_script, codex_home, {"REEF_TOKEN": token}, work)
 
     for run, scenario, route in (
         (claude, claude_scenario, "/v1/messages"),

@@ -97,7 +97,7 @@ def codex_binary() -> Path:
     return _installed(f"@openai/codex-linux-{npm_arch}", CODEX_VERSION, binary)
 
 
-def _base_env(home: Path) -> dict[str, str]:
+def base_env(home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -120,7 +120,7 @@ def claude_code(
 ) -> AgentRun:
     """``claude -p`` against ``base_url`` (a server root, no ``/v1``), tools allowed."""
     env = {
-        **_base_env(home),
+        **base_env(home),
         **QUIET_ENV,
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": token,
@@ -168,7 +168,7 @@ def codex(
     codex_home.mkdir(parents=True, exist_ok=True)
     config = codex_config(v1_url=v1_url, scenario=scenario, model=model)
     (codex_home / "config.toml").write_text(config)
-    env = {**_base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
+    env = {**base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
     argv = [str(codex_binary()), "exec", "--skip-git-repo-check"]
     argv += ["--sandbox", "workspace-write", "--cd", str(workdir), prompt]
     return AgentRun(argv, env, workdir)
