@@ -19,6 +19,7 @@ import asyncio
 import json
 import re
 import secrets
+import shlex
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,12 +40,15 @@ from reef.settings import Settings
 from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 from reef.wiring import readable_store
 from reef_dev.chat_templates import chatml_tokenizer
-from tests.support import agent_clis
+from tests.support import agent_clis, doc_pages
 from tests.support.api import unique_scenario
 from tests.support.streams import start_streams
 
 SESSIONS_ENV = {"REEF_TRACK_SESSIONS": "true", "REEF_FINGERPRINT_SECRET": "e2e-agent-secret"}
 ANSWER = "wrote hello.txt"
+
+#: ``docs/agents.md``'s command for what a sample trains on
+AS_TRAINED = shlex.split(doc_pages.block("agents.md", "reef samples show "))
 
 
 @dataclass
@@ -195,11 +199,10 @@ def assert_trained_on_the_call(
     it: the call inside a trained span, the tool's result outside every one."""
     config = tmp / "sft.yaml"
     config.write_text("reef:\n  recipe: sft\nrecipe:\n  training:\n    max_length: 1000000\n")
-    shown = run_reef(
-        "samples",
-        "show",
-        sample_id,
-        "--as-trained",
+    page_line = [sample_id if word == "SAMPLE_ID" else word for word in AS_TRAINED]
+    assert page_line[:2] == ["reef", "samples"], page_line
+    shown = run_reef(  # docs/agents.md's line, with this deployment's model, recipe and log
+        *page_line[1:],
         "--model",
         str(folder),
         "--config",

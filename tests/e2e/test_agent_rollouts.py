@@ -11,7 +11,9 @@ sends to each arm, so both arms serve a session whatever ids Codex picks for its
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 import time
 import uuid
 from collections import defaultdict
@@ -26,15 +28,13 @@ from reef.core.agent_headers import SESSION_SOURCE_TAG
 from reef.core.events import InferenceRecorded
 from reef.core.routing import draw, routing_key, takes
 from reef.core.topics import INFERENCE
-from tests.support import agent_clis
+from tests.support import agent_clis, doc_pages
 from tests.support.deployment import Deployment
 
 ANSWER = "wrote hello.txt"
 SESSIONS_PER_AGENT = 4
 #: requests per session: the tool call, then the answer after the tool's result
 REQUESTS = 2
-#: no reports are sent, so the controller never decides while the agents run
-POLICY = {"share": 0.5, "min_exchanges": 1000, "max_duration_s": 3600.0}
 
 
 @pytest.mark.parametrize("rollouts_dep", ["embedded"], indirect=True)
@@ -46,15 +46,25 @@ def test_each_agent_session_is_served_by_one_arm_of_a_canary(
     head: str = dep.head(scenario)["release_id"]
     content = dep.content.publish_files({"system_prompt.md": "the candidate harness"})
     candidate: str = dep.propose_training(scenario, content, pending=True)["release_id"]
-    with dep.client() as client:
-        response = client.post(
-            f"/reef/scenarios/{scenario}/rollouts", json={"release_id": candidate, **POLICY}
-        )
-    assert response.status_code == 201, response.text
-    rollout_id = response.json()["rollout_id"]
+    # docs/agents.md's canary, run as a reader would: its curl line in bash
+    curl = doc_pages.as_reader(doc_pages.block("agents.md", "curl "), dep.base_url, scenario)
+    started = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", curl.replace("<pending id>", candidate)],
+        env={"PATH": os.environ["PATH"], "REEF_ADMIN_TOKEN": dep.admin_token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    rollout = json.loads(started.stdout)
+    assert (rollout["share"], rollout["candidate_release_id"]) == (0.5, candidate)
+    # no reports are sent, and fewer exchanges than it waits for: it never decides here
+    assert rollout["min_exchanges"] > 2 * SESSIONS_PER_AGENT * REQUESTS
+    rollout_id = rollout["rollout_id"]
 
     def arm_of(session: str) -> str:
-        chosen = takes(POLICY["share"], draw(scenario, rollout_id, routing_key(session, "")))
+        chosen = takes(rollout["share"], draw(scenario, rollout_id, routing_key(session, "")))
         return candidate if chosen else head
 
     claude_ids = claude_sessions(arm_of, head, candidate)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,32 +39,18 @@ from reef.log.embedded import EmbeddedLog
 from reef.settings import Settings
 from reef.testing.servers import ReefProcess, start_reef
 from reef.wiring import readable_store
-from tests.support import agent_clis
+from tests.support import agent_clis, doc_pages
 from tests.support.api import unique_scenario
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
-BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-DEFAULT_ADDRESS = "http://127.0.0.1:8900"
+PAGE = "agents.md"
 #: where the page's instructions file stands, and what the test writes there
 INSTRUCTIONS_PATH = "/path/to/instructions.md"
 SYSTEM = "Answer briefly."
 PROMPT = "say hi"
 
 
-def page_blocks() -> list[tuple[str, str]]:
-    """The page's fenced blocks, in order: (language, text)."""
-    return BLOCK.findall(PAGE.read_text())
-
-
 def block(starting: str) -> str:
-    """The page's one block whose text starts with ``starting``."""
-    (found,) = [text for _, text in page_blocks() if text.startswith(starting)]
-    return found
-
-
-def as_reader(text: str, base_url: str, scenario: str) -> str:
-    """The page's text with a reader's substitutions: the address and the scenario."""
-    return text.replace(DEFAULT_ADDRESS, base_url).replace("NAME", scenario)
+    return doc_pages.block(PAGE, starting)
 
 
 def page_shell(script: str, home: Path, env: dict[str, str], cwd: Path) -> agent_clis.AgentRun:
@@ -83,7 +68,7 @@ def page_shell(script: str, home: Path, env: dict[str, str], cwd: Path) -> agent
 
 
 def test_the_page_has_the_blocks_this_test_runs() -> None:
-    languages = [language for language, _ in page_blocks()]
+    languages = [language for language, _ in doc_pages.page_blocks(PAGE)]
     assert languages[:4] == ["bash", "toml", "bash", "bash"], languages
     assert block("export ANTHROPIC_BASE_URL").rstrip().endswith("\nclaude")
     assert block("claude -p ").count("\n") == 1
@@ -145,11 +130,13 @@ def test_claude_code_and_codex_get_answers_from_the_tiny_engine(
     work.mkdir()
     claude_scenario, codex_scenario = unique_scenario("claude-own"), unique_scenario("codex-own")
     exports = block("export ANTHROPIC_BASE_URL").rstrip().removesuffix("claude")  # interactive
-    claude_script = as_reader(exports + block("claude -p "), process.base_url, claude_scenario)
+    claude_script = doc_pages.as_reader(
+        exports + block("claude -p "), process.base_url, claude_scenario
+    )
     claude = page_shell(claude_script, tmp_path / "claude-home", {"REEF_TOKEN": token}, work)
 
     codex_home = tmp_path / "codex-home"
-    config = as_reader(block('model_provider = "reef"'), process.base_url, codex_scenario)
+    config = doc_pages.as_reader(block('model_provider = "reef"'), process.base_url, codex_scenario)
     (codex_home / ".codex").mkdir(parents=True)
     isolated = "check_for_update_on_startup = false\n" + config + "\n[analytics]\nenabled = false\n"
     (codex_home / ".codex" / "config.toml").write_text(isolated)
