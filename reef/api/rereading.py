@@ -75,8 +75,8 @@ class Layout:
         return len(self.head) + sum(len(p) for p in self.pieces) + len(self.tail)
 
 
-def lay_out(raw: bytes, text: str, body: dict[str, Any]) -> Layout | None:
-    """The layout of a request (``text``: ``raw`` decoded, ``body``: parsed from it);
+def lay_out(raw: bytes, body: dict[str, Any]) -> Layout | None:
+    """The layout of a request (``body``: the object parsed from ``raw``);
     None unless ``raw`` is ``body`` exactly as orjson writes it, with a list to read."""
     name = next((n for n in LISTS if type(body.get(n)) is list), None)
     if name is None:
@@ -91,31 +91,17 @@ def lay_out(raw: bytes, text: str, body: dict[str, Any]) -> Layout | None:
     values = tuple(body[name])
     pieces = tuple((b"," if n else b"") + orjson.dumps(v) for n, v in enumerate(values))
     tail_start = head_end + sum(len(p) for p in pieces)
-    if len(text) == len(raw):  # ASCII: a character per byte
-        texts, at = [], head_end
-        for piece in pieces:
-            texts.append(text[at : at + len(piece)])
-            at += len(piece)
-        return Layout(
-            name,
-            raw[:head_end],
-            text[:head_end],
-            pieces,
-            tuple(texts),
-            values,
-            raw[tail_start:],
-            text[tail_start:],
-            {**body, name: values},
-        )
+    head, tail = raw[:head_end], raw[tail_start:]
+    texts = tuple(p.decode() for p in pieces)
     return Layout(
         name,
-        raw[:head_end],
-        raw[:head_end].decode(),
+        head,
+        head.decode(),
         pieces,
-        tuple(p.decode() for p in pieces),
+        texts,
         values,
-        raw[tail_start:],
-        raw[tail_start:].decode(),
+        tail,
+        tail.decode(),
         {**body, name: values},
     )
 
@@ -214,15 +200,15 @@ class RecentRequests:
         self.parsed += 1
         members = dict(body)  # before the caller sets a member of its own
         try:
-            asyncio.get_running_loop().call_soon(self._lay_out, session, raw, text, members)
+            asyncio.get_running_loop().call_soon(self._lay_out, session, raw, members)
         except RuntimeError:  # no event loop: laid out now
-            self._lay_out(session, raw, text, members)
+            self._lay_out(session, raw, members)
         return text, body
 
-    def _lay_out(self, session: Hashable, raw: bytes, text: str, body: dict[str, Any]) -> None:
+    def _lay_out(self, session: Hashable, raw: bytes, body: dict[str, Any]) -> None:
         """Lay a request read whole out for the next one (at the event loop's next turn:
         while the request waits for its upstream, not before it is sent)."""
-        if len(raw) <= self.max_bytes and (layout := lay_out(raw, text, body)) is not None:
+        if len(raw) <= self.max_bytes and (layout := lay_out(raw, body)) is not None:
             self._remember(session, layout)
 
     def _remember(self, session: Hashable, layout: Layout) -> None:

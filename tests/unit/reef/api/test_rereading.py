@@ -118,13 +118,13 @@ def test_what_is_new_is_held_to_the_nesting_limit() -> None:
 def test_only_requests_as_orjson_writes_them_are_laid_out() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hé 🤖"}], "t": 1.5}
     for raw in (json.dumps(body).encode(), json.dumps(body, indent=1).encode()):
-        assert lay_out(raw, raw.decode(), json.loads(raw)) is None
+        assert lay_out(raw, json.loads(raw)) is None
     raw = orjson.dumps(body)
-    layout = lay_out(raw, raw.decode(), orjson.loads(raw))
+    layout = lay_out(raw, orjson.loads(raw))
     assert layout is not None
     assert layout.head + b"".join(layout.pieces) + layout.tail == raw
     assert layout.head_text + "".join(layout.texts) + layout.tail_text == raw.decode()
-    assert lay_out(b'{"model":"m"}', '{"model":"m"}', {"model": "m"}) is None  # no list
+    assert lay_out(b'{"model":"m"}', {"model": "m"}) is None  # no list
 
 
 def test_the_layouts_held_stay_within_their_bytes() -> None:
