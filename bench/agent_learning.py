@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_loop import CLIS, probe, task_sets
-from bench.agents import PROBE_PROMPT, ROUTES, prepared_folder, rendered_prompt
+from bench.agents import PROBE_PROMPT, ROUTES, WARM_STARTS, prepared_folder, rendered_prompt
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cli", choices=sorted(CLIS), default="claude")
     parser.add_argument("--folder", type=Path, help="an earlier run's folder, used as is")
-    parser.add_argument("--warm-start", choices=["none", "copy"], default="copy")
+    parser.add_argument("--warm-start", choices=["none", *WARM_STARTS], default="copy")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--context", type=int, default=4096)
@@ -96,6 +96,16 @@ def main() -> None:
         )
 
     asked = [conversation(t.prompt) for t in measured]
+
+    def held_out_exact(weights: Path) -> tuple[int, list[str]]:
+        answers = greedy(weights, asked, 64)
+        expected = [cli.correct(t, workdir) for t in measured]
+        return sum(a.strip() == e for a, e in zip(answers, expected, strict=True)), answers
+
+    exact, answers = held_out_exact(folder)
+    print(f"before training: held-out exact {exact}/{len(measured)}", flush=True)
+    for task, answer in list(zip(measured, answers, strict=True))[:2]:
+        print(f"  {task.prompt!r} -> {answer[:200]!r}", flush=True)
     parent: Path | None = None
     for round_no in range(args.rounds):
         first = 0 if args.accumulate else round_no * args.per_round
@@ -116,10 +126,7 @@ def main() -> None:
         fit = train_sft_lora if args.method == "lora" else train_sft
         metrics = fit(parent, examples, out, options)
         seconds = time.monotonic() - started
-        answers = greedy(out, asked, 64)
-        exact = sum(
-            a.strip() == cli.correct(t, workdir) for t, a in zip(measured, answers, strict=True)
-        )
+        exact, answers = held_out_exact(out)
         print(
             f"round {round_no}: {len(examples)} corrections, {args.steps} steps in {seconds:.0f}s,"
             f" loss {metrics['loss_first']:.2f} -> {metrics['loss_last']:.3f};"

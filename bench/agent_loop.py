@@ -401,6 +401,8 @@ class WarmPhase:
     #: the share of examples whose filler is a window of the probed request's text, as a
     #: pretraining corpus holds text of that kind (the others: pseudo-words)
     text_share: float = 0.0
+    #: added to the warm start's seed: each phase draws its own examples
+    seed: int = 0
 
 
 #: the copy warm start measured on the CPU (hidden 64, 2 layers; docs/benchmarks/agents.md):
@@ -429,16 +431,10 @@ def warm_copy(
     ``avoid``) behind a system turn of filler of random length (pseudo-words, or a window
     of the words of ``texts``), answered with the words. No task, tool or tool-call
     syntax is seen. Overwrites the folder's weights; returns the last batch's loss."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder).to(device)
-    rng = random.Random(seed)
+    rng = random.Random(seed + phase.seed)
     taken = set(avoid)
     pool = [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
     text = " ".join(texts).split()
-    context = int(model.config.max_position_embeddings)
 
     def padding() -> str:
         if phase.text_share and text and rng.random() < phase.text_share:
@@ -447,7 +443,7 @@ def warm_copy(
             return " ".join(text[start : start + count])
         return " ".join(rng.choice(pool) for _ in range(rng.randint(0, phase.filler)))
 
-    def example() -> tuple[list[int], int]:
+    def example(tokenizer: Any, context: int) -> tuple[list[int], list[bool]]:
         filler = padding()
         words = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
         messages = [
@@ -457,33 +453,63 @@ def warm_copy(
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-(context - 32) :]
         answer = tokenizer(words + "<|im_end|>", add_special_tokens=False)["input_ids"]
-        return ids + answer, len(ids)
+        return ids + answer, [False] * len(ids) + [True] * len(answer)
 
+    return train_rows(folder, phase, device, example)
+
+
+def train_rows(
+    folder: Path,
+    phase: WarmPhase,
+    device: str,
+    example: Callable[[Any, int], tuple[list[int], list[bool]]],
+) -> float:
+    """Train the folder's weights for ``phase.steps`` batches of ``example(tokenizer,
+    context)`` rows (token ids, and which of them carry the loss); saves the weights and
+    returns the last batch's loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    loader: Any = AutoModelForCausalLM
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
+    model: Any = loader.from_pretrained(folder).to(device)
+    context = int(model.config.max_position_embeddings)
     optimiser = torch.optim.AdamW(model.parameters(), lr=phase.learning_rate)
     model.train(True)
-    loss = torch.tensor(0.0)
+    loss: Any = torch.tensor(0.0)
     batch = phase.batch
-    for _ in range(phase.steps):
-        rows = [example() for _ in range(batch)]
+    kind = torch.device(device).type
+    started = time.monotonic()
+    for step in range(phase.steps):
+        rows = [example(tokenizer, context) for _ in range(batch)]
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((batch, width), int(tokenizer.pad_token_id))
         labels = torch.full((batch, width), -100)
         mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, (row, cut) in enumerate(rows):
+        for i, (row, trained) in enumerate(rows):
             ids[i, : len(row)] = torch.tensor(row)
-            labels[i, cut : len(row)] = torch.tensor(row[cut:])
-            mask[i, : len(row)] = 1
-        kind = torch.device(device).type
-        with torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=kind == "cuda"):
-            out = model(
-                input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
+            labels[i, : len(row)] = torch.tensor(
+                [t if keep else -100 for t, keep in zip(row, trained, strict=True)]
             )
-        loss = out.loss
+            mask[i, : len(row)] = 1
+        # the logits of the trained positions only: the vocabulary's projection of every
+        # prompt position would cost about as much as the rest of the model
+        targets = labels[:, 1:].to(device)
+        kept = targets != -100
+        with torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=kind == "cuda"):
+            hidden = model.model(input_ids=ids.to(device), attention_mask=mask.to(device))
+            logits = model.lm_head(hidden.last_hidden_state[:, :-1][kept])
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets[kept])
         optimiser.zero_grad()
         loss.backward()
         if phase.clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), phase.clip)
         optimiser.step()
+        if (step + 1) % 100 == 0:
+            seconds = time.monotonic() - started
+            print(
+                f"  step {step + 1}: loss {float(loss.detach()):.3f} ({seconds:.0f}s)", flush=True
+            )
     model.train(False)
     model.to("cpu").save_pretrained(folder)
     return float(loss.detach())

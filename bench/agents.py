@@ -45,6 +45,8 @@ from bench.agent_loop import (
     warm_copy,
     with_codex_sandbox,
 )
+from bench.tool_warm_start import TOOLS_WARM_START, warm_tools
+from bench.tool_warm_start import vocabulary as tool_vocabulary
 from reef.core.dialogue.chat_template import template_messages, template_tools
 from reef.core.dialogue.records import conversation_of
 from reef.testing.servers import start_reef
@@ -165,6 +167,10 @@ def wait_decided(base_url: str, reports: int, timeout: float = 900.0) -> None:
     raise RuntimeError(f"the trainer did not decide {reports} samples in {timeout:.0f}s")
 
 
+#: each --warm-start: how a phase trains the folder, and the phases
+WARM_STARTS = {"copy": (warm_copy, COPY_WARM_START), "tools": (warm_tools, TOOLS_WARM_START)}
+
+
 def prepared_folder(
     cli: Cli,
     work: Path,
@@ -179,6 +185,8 @@ def prepared_folder(
     # words' syllables (bench.agent_loop.SYLLABLES), never the words
     texts = [phrase.format(name="", word="") for phrase in PHRASES]
     texts.append(cli.correct(Task(".txt", "", PHRASES[0]), work / f"{cli.name}-workdir"))
+    if args.warm_start == "tools":
+        texts += tool_vocabulary()
     folder = build_folder(
         work / f"{cli.name}-folder",
         [probe_body],
@@ -188,11 +196,12 @@ def prepared_folder(
         context=args.context,
     )
     words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
-    for phase in COPY_WARM_START if args.warm_start == "copy" else ():
+    warm, phases = WARM_STARTS.get(args.warm_start, (warm_copy, ()))
+    for phase in phases:
         started = time.monotonic()
-        loss = warm_copy(folder, words, phase, device=args.device, texts=request_texts(probe_body))
+        loss = warm(folder, words, phase, device=args.device, texts=request_texts(probe_body))
         print(
-            f"{cli.name}: copy warm start, {phase} on {args.device} in "
+            f"{cli.name}: {args.warm_start} warm start, {phase} on {args.device} in "
             f"{time.monotonic() - started:.0f}s, last loss {loss:.3f}",
             flush=True,
         )
@@ -311,9 +320,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--warm-start",
-        choices=["none", "copy"],
+        choices=["none", *WARM_STARTS],
         default="none",
-        help="copy: the folder learns to copy first (bench.agent_loop.COPY_WARM_START)",
+        help="copy: the folder learns to copy first (bench.agent_loop.COPY_WARM_START);"
+        " tools: to call tools none of the tasks use (bench.tool_warm_start)",
     )
     parser.add_argument(
         "--micro-batch-tokens",
