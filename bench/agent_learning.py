@@ -27,8 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.agent_loop import CLIS, probe, task_sets
-from bench.agents import PROBE_PROMPT, ROUTES, WARM_STARTS, prepared_folder, rendered_prompt
+from bench.agent_loop import CLIS, task_sets
+from bench.agents import (
+    PROBE_PROMPT,
+    ROUTES,
+    WARM_STARTS,
+    prepared_folder,
+    probed,
+    rendered_prompt,
+)
 
 
 def main() -> None:
@@ -61,9 +68,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="reef-agent-learning-"))
     cli = CLIS[args.cli]
     workdir = work / f"{cli.name}-workdir"
-    body = probe(cli, PROBE_PROMPT, workdir, work / "probe-home")
+    body = probed(cli, work)
     train, held_out = task_sets(300, 30)
-    folder = args.folder or prepared_folder(cli, work, body, train, held_out, args)
+    folder = args.folder or prepared_folder([cli], work, [workdir], [body], train, held_out, args)
     route = ROUTES[cli.name]
 
     def conversation(prompt: str) -> list[dict[str, str]]:

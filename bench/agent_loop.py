@@ -289,6 +289,7 @@ def probe(cli: Cli, prompt: str, workdir: Path, home: Path) -> dict[str, Any]:
             cli.command(prompt, url, "probe", "probe", workdir, home).run(timeout=30)
     finally:
         server.shutdown()
+        server.server_close()
     bodies: list[dict[str, Any]] = server.bodies  # type: ignore[attr-defined]
     if not bodies:
         raise RuntimeError(f"{cli.name} sent no model request to the probe")
@@ -480,6 +481,7 @@ def train_rows(
     batch = phase.batch
     kind = torch.device(device).type
     started = time.monotonic()
+    recent: list[float] = []
     for step in range(phase.steps):
         rows = [example(tokenizer, context) for _ in range(batch)]
         width = max(len(ids) for ids, _ in rows)
@@ -505,11 +507,10 @@ def train_rows(
         if phase.clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), phase.clip)
         optimiser.step()
+        recent = [*recent[-99:], float(loss.detach())]
         if (step + 1) % 100 == 0:
-            seconds = time.monotonic() - started
-            print(
-                f"  step {step + 1}: loss {float(loss.detach()):.3f} ({seconds:.0f}s)", flush=True
-            )
+            seconds, mean = time.monotonic() - started, sum(recent) / len(recent)
+            print(f"  step {step + 1}: loss {recent[-1]:.3f}, mean {mean:.3f} ({seconds:.0f}s)")
     model.train(False)
     model.to("cpu").save_pretrained(folder)
     return float(loss.detach())

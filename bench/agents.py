@@ -24,7 +24,8 @@ import json
 import random
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ def write_recipe(
     work: Path, cli: Cli, body: dict[str, Any], folder: Path, gate: list[Task], args: Any
 ) -> Path:
     route = ROUTES[cli.name]
-    workdir = work / f"{cli.name}-workdir"
+    workdir = workdir_of(cli, work)
     lines = []
     for task in gate:
         system, user = rendered_prompt(body, route, task.prompt, folder)
@@ -172,48 +173,68 @@ WARM_STARTS = {"copy": (warm_copy, COPY_WARM_START), "tools": (warm_tools, TOOLS
 
 
 def prepared_folder(
-    cli: Cli,
+    clis: Sequence[Cli],
     work: Path,
-    probe_body: dict[str, Any],
+    workdirs: Sequence[Path],
+    probe_bodies: Sequence[dict[str, Any]],
     train: list[Task],
     held_out: list[Task],
     args: Any,
 ) -> Path:
-    """The folder the loop starts from: built on the probed request, then, with
-    ``--warm-start copy``, the copy warm start's phases."""
+    """The folder the loop starts from, one for every CLI as one pretrained model would
+    be: built on the probed requests (and the calls in the CLIs' ``workdirs``), then
+    the phases of ``--warm-start``."""
     # the phrasings and a call with their words left out: the tokenizer learns the
     # words' syllables (bench.agent_loop.SYLLABLES), never the words
     texts = [phrase.format(name="", word="") for phrase in PHRASES]
-    texts.append(cli.correct(Task(".txt", "", PHRASES[0]), work / f"{cli.name}-workdir"))
+    texts += [
+        cli.correct(Task(".txt", "", PHRASES[0]), workdir)
+        for cli, workdir in zip(clis, workdirs, strict=True)
+    ]
     if args.warm_start == "tools":
         texts += tool_vocabulary()
     folder = build_folder(
-        work / f"{cli.name}-folder",
-        [probe_body],
+        work / "folder",
+        probe_bodies,
         texts,
         hidden=args.hidden,
         layers=args.layers,
         context=args.context,
     )
     words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
+    request = [text for body in probe_bodies for text in request_texts(body)]
     warm, phases = WARM_STARTS.get(args.warm_start, (warm_copy, ()))
     for phase in phases:
         started = time.monotonic()
-        loss = warm(folder, words, phase, device=args.device, texts=request_texts(probe_body))
+        loss = warm(folder, words, phase, device=args.device, texts=request)
         print(
-            f"{cli.name}: {args.warm_start} warm start, {phase} on {args.device} in "
+            f"{args.warm_start} warm start, {phase} on {args.device} in "
             f"{time.monotonic() - started:.0f}s, last loss {loss:.3f}",
             flush=True,
         )
     return folder
 
 
-def run_cli(cli: Cli, work: Path, args: Any) -> Result:
+def workdir_of(cli: Cli, work: Path) -> Path:
+    """Where ``cli`` runs its sessions: the probe's and the checker's directory."""
+    return work / f"{cli.name}-workdir"
+
+
+def probed(cli: Cli, work: Path) -> dict[str, Any]:
+    """The request ``cli`` sends for :data:`PROBE_PROMPT` (kept in ``work``)."""
+    kept = work / "probe.json"
+    if not kept.exists():
+        work.mkdir(parents=True, exist_ok=True)
+        body = probe(cli, PROBE_PROMPT, workdir_of(cli, work), work / "probe-home")
+        kept.write_text(json.dumps(body))
+    return dict(json.loads(kept.read_text()))
+
+
+def run_cli(cli: Cli, work: Path, folder: Path, args: Any) -> Result:
     train, held_out = task_sets(args.train_tasks, args.held_out)
     gate = held_out[args.measure :][: args.gate_tasks]
     measure = held_out[: args.measure]
-    probe_body = probe(cli, PROBE_PROMPT, work / f"{cli.name}-workdir", work / "probe-home")
-    folder = args.folder or prepared_folder(cli, work, probe_body, train, held_out, args)
+    probe_body = probed(cli, work)
     route = ROUTES[cli.name]
     result = Result(cli.name, prompt_tokens(probe_body, route, folder))
     print(f"{cli.name}: prompt {result.prompt_tokens} tokens", flush=True)
@@ -302,7 +323,7 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cli", action="append", choices=sorted(CLIS))
     parser.add_argument("--train-tasks", type=int, default=300)
@@ -337,6 +358,11 @@ def main() -> None:
         default=None,
         help="start from this folder (an earlier run's, warm start included), not a new one",
     )
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="build the folder (probes, tokenizer, warm start) in the work directory and stop",
+    )
     parser.add_argument("--device", default="cpu", help="engine and training: cpu or cuda")
     parser.add_argument(
         "--codex-sandbox",
@@ -346,14 +372,27 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.5)
     parser.add_argument("--budget-s", type=float, default=900.0)
     parser.add_argument("--work", type=Path, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--results", type=Path, help="also write the results here, as JSON")
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="reef-agents-"))
-    results = []
-    for name in args.cli or ["claude", "codex"]:
-        cli = CLIS[name]
-        if name == "codex":
-            cli = with_codex_sandbox(cli, args.codex_sandbox)
-        results.append(run_cli(cli, work / name, args))
+    clis = [CLIS[name] for name in args.cli or ["claude", "codex"]]
+    clis = [with_codex_sandbox(c, args.codex_sandbox) if c.name == "codex" else c for c in clis]
+    folder = args.folder
+    if folder is None:
+        train, held_out = task_sets(args.train_tasks, args.held_out)
+        bodies = [probed(cli, work / cli.name) for cli in clis]
+        workdirs = [workdir_of(cli, work / cli.name) for cli in clis]
+        folder = prepared_folder(clis, work, workdirs, bodies, train, held_out, args)
+    print(f"folder: {folder}", flush=True)
+    if args.prepare_only:
+        return
+    results = [run_cli(cli, work / cli.name, folder, args) for cli in clis]
+    if args.results:
+        args.results.write_text(json.dumps([asdict(r) for r in results], indent=1))
     print(table(results))
     for r in results:
         mean = sum(r.session_seconds) / max(1, len(r.session_seconds))

@@ -11,7 +11,7 @@ names each argument by a cue (the parameter's name or a word that goes with it:
 sometimes followed by the tool's result and a short closing answer. No tool, parameter,
 cue or phrasing of the agents' tasks (:data:`TASK_WORDS`) occurs, nor any task word: the
 warm-started folder does not know that "containing" names a file's content, nor the
-agents' tools, so it still fails their tasks (measured before every loop's first round).
+agents' tools, so it still fails their tasks (each loop's first round checks it).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def warm_tools(
     return train_rows(folder, phase, device, lambda tok, ctx: rendered_rows(tok, make(), ctx))
 
 
-#: the tool-use warm start measured on the CPU (hidden 64, 2 layers;
-#: docs/benchmarks/agents.md): prompts of up to 20 filler words each side suffice, the
-#: copying carries to the agents' prompts of about 850 tokens
+#: the tool-use warm start of tests/fixtures/agent_model (hidden 64, 2 layers;
+#: docs/benchmarks/agents.md): prompts of up to 20 filler words each side, whose copying
+#: carries to the agents' far longer prompts
 TOOLS_WARM_START = (WarmPhase(1500, 20, 24, 2e-3), WarmPhase(1500, 20, 24, 2e-3, seed=10))
