@@ -231,6 +231,10 @@ def probed(cli: Cli, work: Path) -> dict[str, Any]:
 
 
 def run_cli(cli: Cli, work: Path, folder: Path, args: Any) -> Result:
+    if args.measure + args.gate_tasks > args.held_out:
+        raise SystemExit(
+            "--measure and --gate-tasks take distinct held-out tasks: raise --held-out"
+        )
     train, held_out = task_sets(args.train_tasks, args.held_out)
     gate = held_out[args.measure :][: args.gate_tasks]
     measure = held_out[: args.measure]

@@ -39,7 +39,8 @@ def test_claude_code_learns_its_tasks_from_its_own_sessions(tmp_path: Path) -> N
     assert agent_clis.claude_binary()  # installed by scripts/bootstrap
     results = tmp_path / "results.json"
     command = [sys.executable, "-m", "bench.agents", "--cli", "claude", "--folder", str(FOLDER)]
-    command += ["--measure", str(MEASURED), "--sessions", "24", "--rounds", "1"]
+    command += ["--measure", str(MEASURED), "--held-out", str(MEASURED + 4)]
+    command += ["--sessions", "24", "--rounds", "1"]
     command += ["--gate-tasks", "4", "--steps", "100", "--lr", "1e-3", "--target", "1.1"]
     command += ["--budget-s", "3600", "--work", str(tmp_path / "work"), "--results", str(results)]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
