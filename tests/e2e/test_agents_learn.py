@@ -30,7 +30,7 @@ from tests.support import agent_clis
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "agent_model"
 #: held-out sessions per measurement
-MEASURED = 32
+MEASURED = 48
 #: held-out successes after training that the test asks for (of MEASURED)
 THRESHOLD = 3
 
