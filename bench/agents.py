@@ -1,20 +1,22 @@
 """The closed loop with the real agent CLIs, on the CPU: Claude Code and Codex, served
 by Reef from a real-architecture folder, learn single-tool tasks from their own sessions.
 
-For each CLI (bench/agent_loop.py): one probe session against a capturing stand-in
-gives the request the CLI sends (a short system prompt, one tool); a Qwen2 folder with
-random weights and a tokenizer trained on that request and the task words is built;
-``reef serve`` (embedded log) serves it through its engine (``qwen25`` tool-call
-parser), hot-loads the scenario's releases and runs the in-process ``sft`` trainer.
-Each round measures held-out success (sessions on tasks never trained on, checked on
-disk), then runs training sessions; a checker reports each session's outcome quoting
-its receipts with ``reef_client`` (score 1/0, and as correction the answer that would
-have succeeded in the model's tool-call syntax); the trainer trains a candidate, the
-gate (win_margin on rendered held-out prompts) decides, the chain releases, the engine
-hot-loads. Printed per CLI: held-out success per release, sessions and reports used,
-wall time and the receipts' release ids.
+One probe session per CLI against a capturing stand-in gives the request the CLI sends
+(a short system prompt, one tool; bench/agent_loop.py). One Qwen2 folder serves every
+CLI, as one pretrained model would: random weights, a tokenizer trained on the probed
+requests and the syllables of the task words, then ``--warm-start`` (``tools``:
+bench/tool_warm_start.py) - or ``--folder``, an earlier run's. ``reef serve`` (embedded
+log) serves it through its engine (``qwen25`` tool-call parser), hot-loads the
+scenario's releases and runs the in-process ``sft`` trainer. Each round measures
+held-out success (sessions on tasks never trained on, checked on disk), then runs
+training sessions; a checker reports each session's outcome quoting its receipts with
+``reef_client`` (score 1/0, and as correction the answer that would have succeeded in
+the model's tool-call syntax); the trainer trains a candidate, the gate (win_margin on
+rendered held-out prompts) decides, the chain releases, the engine hot-loads. Printed
+per CLI (and with ``--results``, written as JSON): held-out success per release,
+sessions and reports used, wall time and the receipts' release ids.
 
-    .venv/bin/python -m bench.agents --cli claude --cli codex
+    .venv/bin/python -m bench.agents --cli claude --cli codex --warm-start tools
 """
 
 from __future__ import annotations
