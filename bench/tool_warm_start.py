@@ -16,14 +16,13 @@ agents' tools, so it still fails their tasks (each loop's first round checks it)
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.agent_loop import WarmPhase, pseudo_words, train_rows
+from bench.agent_loop import WarmPhase, pseudo_words, tool_call, train_rows
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -119,6 +118,7 @@ def conversations(
 
     def make() -> ToolUse:
         offered: dict[str, list[str]] = {}
+        # the bound drawn again each time: one, two or three tools (1/3, 4/9, 2/9)
         while len(offered) < rng.randint(1, 3):
             name, params = tool()
             offered[name] = params
@@ -135,7 +135,7 @@ def conversations(
         messages = [
             {"role": "system", "content": filler() or "You are a helpful assistant."},
             {"role": "user", "content": f"{before}\n{request}" if before else request},
-            {"role": "assistant", "content": tool_call_text(called, arguments)},
+            {"role": "assistant", "content": tool_call(called, arguments)},
         ]
         if rng.random() < 0.4:
             result = rng.choice(RESULTS).format(noun=noun, value=next(iter(arguments.values())))
@@ -146,10 +146,6 @@ def conversations(
         return ToolUse(messages, [schema(n, p) for n, p in offered.items()])
 
     return make
-
-
-def tool_call_text(name: str, arguments: dict[str, str]) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 def rendered_rows(tokenizer: Any, use: ToolUse, context: int) -> tuple[list[int], list[bool]]:
