@@ -35,6 +35,7 @@ from bench.agents import (
     prepared_folder,
     probed,
     rendered_prompt,
+    workdir_of,
 )
 
 
@@ -67,7 +68,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     work = args.work or Path(tempfile.mkdtemp(prefix="reef-agent-learning-"))
     cli = CLIS[args.cli]
-    workdir = work / f"{cli.name}-workdir"
+    workdir = workdir_of(cli, work)
     body = probed(cli, work)
     train, held_out = task_sets(300, 30)
     folder = args.folder or prepared_folder([cli], work, [workdir], [body], train, held_out, args)

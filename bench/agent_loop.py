@@ -418,6 +418,13 @@ COPY_WARM_START = (
 )
 
 
+def word_pool(avoid: Sequence[str], seed: int) -> list[str]:
+    """2,000 pseudo-words drawn from ``seed``, none of them in ``avoid``: a warm start's
+    words, never a task's."""
+    taken = set(avoid)
+    return [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
+
+
 def warm_copy(
     folder: Path,
     avoid: Sequence[str],
@@ -433,8 +440,7 @@ def warm_copy(
     of the words of ``texts``), answered with the words. No task, tool or tool-call
     syntax is seen. Overwrites the folder's weights; returns the last batch's loss."""
     rng = random.Random(seed + phase.seed)
-    taken = set(avoid)
-    pool = [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
+    pool = word_pool(avoid, seed)
     text = " ".join(texts).split()
 
     def padding() -> str:

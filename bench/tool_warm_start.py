@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.agent_loop import WarmPhase, pseudo_words, tool_call, train_rows
+from bench.agent_loop import WarmPhase, tool_call, train_rows, word_pool
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -182,8 +182,7 @@ def warm_tools(
     words of ``texts``. Overwrites the folder's weights; returns the last batch's loss."""
     seed += phase.seed
     rng = random.Random(seed)
-    taken = set(avoid)
-    pool = [w for w in pseudo_words(4000, seed + 1000) if w not in taken][:2000]
+    pool = word_pool(avoid, seed)
     text = " ".join(texts).split()
 
     def filler() -> str:
