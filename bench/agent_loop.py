@@ -404,9 +404,6 @@ class WarmPhase:
     text_share: float = 0.0
     #: added to the warm start's seed: each phase draws its own examples
     seed: int = 0
-    #: the tool warm start's share of calls with a composite value (one built from two
-    #: values the request names apart, as a shell command is; bench.tool_warm_start)
-    composite: float = 0.0
 
 
 #: the copy warm start measured on the CPU (hidden 64, 2 layers; docs/benchmarks/agents.md):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -204,24 +203,10 @@ def prepared_folder(
         layers=args.layers,
         context=args.context,
     )
-    warmed(folder, probe_bodies, train, held_out, args)
-    return folder
-
-
-def warmed(
-    folder: Path,
-    probe_bodies: Sequence[dict[str, Any]],
-    train: list[Task],
-    held_out: list[Task],
-    args: Any,
-    first: int = 0,
-) -> Path:
-    """``folder`` after the phases of ``--warm-start`` from the ``first`` on (in place):
-    values never a task's word, filler from the probed requests."""
     words = [w for t in [*train, *held_out] for w in (t.word, t.name.removesuffix(".txt"))]
     request = [text for body in probe_bodies for text in request_texts(body)]
     warm, phases = WARM_STARTS.get(args.warm_start, (warm_copy, ()))
-    for phase in phases[first:]:
+    for phase in phases:
         started = time.monotonic()
         loss = warm(folder, words, phase, device=args.device, texts=request)
         print(
@@ -380,13 +365,6 @@ def arguments() -> argparse.ArgumentParser:
         help="start from this folder (an earlier run's, warm start included), not a new one",
     )
     parser.add_argument(
-        "--warm-from",
-        type=int,
-        default=0,
-        help="run --warm-start's phases from this one (counted from 0) on; with --folder,"
-        " on a copy of that folder in the work directory",
-    )
-    parser.add_argument(
         "--prepare-only",
         action="store_true",
         help="build the folder (probes, tokenizer, warm start) in the work directory and stop",
@@ -410,15 +388,11 @@ def main() -> None:
     clis = [CLIS[name] for name in args.cli or ["claude", "codex"]]
     clis = [with_codex_sandbox(c, args.codex_sandbox) if c.name == "codex" else c for c in clis]
     folder = args.folder
-    train, held_out = task_sets(args.train_tasks, args.held_out)
-    if folder is None or args.warm_from:
-        bodies = [probed(cli, work / cli.name) for cli in clis]
     if folder is None:
+        train, held_out = task_sets(args.train_tasks, args.held_out)
+        bodies = [probed(cli, work / cli.name) for cli in clis]
         workdirs = [workdir_of(cli, work / cli.name) for cli in clis]
         folder = prepared_folder(clis, work, workdirs, bodies, train, held_out, args)
-    elif args.warm_from:  # the earlier folder's warm start, carried on in a copy
-        shutil.copytree(folder, work / "folder")
-        folder = warmed(work / "folder", bodies, train, held_out, args, args.warm_from)
     print(f"folder: {folder}", flush=True)
     if args.prepare_only:
         return

@@ -65,17 +65,6 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
     "target": ("target", "toward"),
     "source": ("source", "from"),
 }
-#: composite parameters: each value is its template filled with the values of two
-#: parameters the request names by their own cues, in whatever order it names them
-COMPOSITES: dict[str, str] = {
-    "route": "{source} > {target}",
-    "script": "cat {source} > {path}",
-    "line": "printf {note} > {path}",
-    "entry": "{title} ({date})",
-    "filter": "{query} in {folder}",
-    "rule": "{label}={body}",
-    "move": "mv {source} {target}",
-}
 SUFFIXES = (".md", ".log", ".csv", ".json", ".py", ".cfg")
 RESULTS = ("ok", "Success.", "Operation completed.", "{noun} updated", "done: {value}")
 CLOSING = "Done."
@@ -83,8 +72,7 @@ CLOSING = "Done."
 
 def vocabulary() -> list[str]:
     """The corpus's words, for the folder's tokenizer to learn as pieces."""
-    cues = " ".join(c for p in PARAMETERS.values() for c in p)
-    return [" ".join(VERBS), " ".join(NOUNS), cues, *COMPOSITES, *COMPOSITES.values()]
+    return [" ".join(VERBS), " ".join(NOUNS), " ".join(c for p in PARAMETERS.values() for c in p)]
 
 
 @dataclass(frozen=True)
@@ -96,12 +84,11 @@ class ToolUse:
 
 
 def conversations(
-    rng: random.Random, words: Sequence[str], filler: Callable[[], str], composite: float = 0.0
+    rng: random.Random, words: Sequence[str], filler: Callable[[], str]
 ) -> Callable[[], ToolUse]:
     """A maker of corpus conversations: values drawn from ``words``, system and user text
-    padded by ``filler``; a ``composite`` share of the called tools takes one of
-    :data:`COMPOSITES` (the others draw exactly as with none)."""
-    assert not TASK_WORDS & {*VERBS, *NOUNS, *PARAMETERS, *COMPOSITES}
+    padded by ``filler``."""
+    assert not TASK_WORDS & {*VERBS, *NOUNS, *PARAMETERS}
 
     def value() -> str:
         draw = rng.random()
@@ -136,20 +123,9 @@ def conversations(
             name, params = tool()
             offered[name] = params
         called = rng.choice(sorted(offered))
-        named = {p: value() for p in offered[called]}
-        arguments = dict(named)
-        if composite and rng.random() < composite:
-            param = rng.choice(sorted(COMPOSITES))
-            template = COMPOSITES[param]
-            slots = [s for s in PARAMETERS if "{" + s + "}" in template]
-            named = {s: value() for s in slots}
-            # the composite first, then at most one plain parameter none of its slots
-            plain = [p for p in offered[called] if p not in slots][:1]
-            arguments = {param: template.format(**named), **{p: value() for p in plain}}
-            named.update({p: arguments[p] for p in plain})
-            offered[called] = [param, *plain]
+        arguments = {p: value() for p in offered[called]}
         cues = []
-        for param, text in named.items():
+        for param, text in arguments.items():
             cue = rng.choice(PARAMETERS[param])
             cues.append(f"{text} as {cue}" if rng.random() < 0.25 else f"{cue} {text}")
         rng.shuffle(cues)
@@ -216,16 +192,11 @@ def warm_tools(
             return " ".join(text[start : start + count])
         return " ".join(rng.choice(pool) for _ in range(count))
 
-    make = conversations(rng, pool, filler, phase.composite)
+    make = conversations(rng, pool, filler)
     return train_rows(folder, phase, device, lambda tok, ctx: rendered_rows(tok, make(), ctx))
 
 
 #: the tool-use warm start of tests/fixtures/agent_model (hidden 64, 2 layers;
 #: docs/benchmarks/agents.md): prompts of up to 20 filler words each side, whose copying
 #: carries to the agents' far longer prompts
-TOOLS_WARM_START = (
-    WarmPhase(1500, 20, 24, 2e-3),
-    WarmPhase(1500, 20, 24, 2e-3, seed=10),
-    WarmPhase(1000, 20, 24, 1e-3, seed=20, composite=0.5),
-    WarmPhase(1500, 20, 24, 2e-3, seed=30, composite=0.5),
-)
+TOOLS_WARM_START = (WarmPhase(1500, 20, 24, 2e-3), WarmPhase(1500, 20, 24, 2e-3, seed=10))
