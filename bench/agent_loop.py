@@ -196,7 +196,8 @@ def _codex(
     sandbox: str = "workspace-write",
 ) -> AgentRun:
     """``codex exec`` with Reef as its Responses provider, short instructions and the
-    optional tools and context blocks off."""
+    optional tools and context blocks off: its request holds the instructions, the task
+    and two tools (``exec_command``, ``write_stdin``), no skills block."""
     codex_home = home / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     instructions = codex_home / "instructions.md"
@@ -229,6 +230,8 @@ def _codex(
     argv += ["-c", f"model_instructions_file={json.dumps(str(instructions))}"]
     argv += ["-c", "include_permissions_instructions=false"]
     argv += ["-c", "include_environment_context=false", "-c", 'web_search="disabled"']
+    argv += ["-c", "skills.include_instructions=false"]
+    argv += ["-c", "tools.experimental_request_user_input.enabled=false"]
     for feature in ("multi_agent", "goals", "view_image", "collaboration_modes", "apps"):
         argv += ["--disable", feature]
     return AgentRun([*argv, prompt], env, workdir)
