@@ -14,24 +14,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reef.core import topics
-from reef.testing.servers import ReefProcess, UpstreamProcess, free_port, run_reef
+from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef
 from reef_dev.load import SteadyLoad
-from reef_dev.stack import kafka as stack_kafka
-from reef_dev.stack import process as stack_process
-from reef_dev.stack.paths import load_settings
 from tests.support import consistency
 from tests.support.faults import (
     TOKEN,
@@ -43,6 +38,7 @@ from tests.support.faults import (
     kafka_log_factory,
     serve_on_kafka,
 )
+from tests.support.private_kafka import private_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -133,33 +129,6 @@ def test_sigkill_of_one_broker_of_three(
 
 # ---------------------------------------------------------------------------
 # Network stall: SIGSTOP a broker of the test's own
-
-
-@contextlib.contextmanager
-def private_broker(root: Path) -> Iterator[stack_kafka.KafkaNode]:
-    """A single-node Kafka on free ports under ``root``; killed and deleted after."""
-    settings = load_settings()
-    node = stack_kafka.KafkaNode(
-        shape="single",
-        node_id=1,
-        broker_port=free_port(),
-        controller_port=free_port(),
-        heap_mb=256,
-        root=root / "node-1",
-        install=stack_kafka.install_for(settings),
-    )
-    shape = stack_kafka.KafkaShape(name="single", nodes=(node,), root=root)
-    try:
-        stack_kafka.start_node(settings, shape, node)
-        stack_kafka.wait_for_brokers([node.bootstrap], {1}, timeout=180.0, services=(node.service,))
-        yield node
-    finally:
-        pid = node.service.pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        stack_process.kill(node.service)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_network_stall_of_the_broker(
