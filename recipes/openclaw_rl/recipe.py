@@ -9,9 +9,10 @@ other. This recipe trains on those samples only (others are skipped as ``not_jud
 1. **Turns** (:mod:`recipes.openclaw_rl.turns`): the engine-recorded prompt and output
    ids and generation-time logprobs of the judged turn (``no_engine_logprobs`` without
    them), only turns served by the current release (``eligibility.max_staleness``, 0).
-2. **RL term**: PPO's clipped surrogate on the raw reward (the judge's ±1, broadcast over
-   the generated tokens, no baseline), the ratio taken to the recorded generation-time
-   logprobs, clipped to ``(1 - clip_eps, 1 + clip_eps_high)``.
+2. **RL term**: PPO's clipped surrogate on the advantage (the judge's ±1, less
+   ``baseline``: nothing by default, or the mean reward of the candidate's turns;
+   broadcast over the generated tokens), the ratio taken to the recorded
+   generation-time logprobs, clipped to ``(1 - clip_eps, 1 + clip_eps_high)``.
 3. **Distillation term** (``distill_coef``, when the judgement carried a hint): the
    teacher is the parent release's policy, frozen at the start of the step, reading the
    prompt *with the hint* appended to the last user message and the same response ids.

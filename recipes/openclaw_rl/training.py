@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -31,6 +31,11 @@ class OpenClawTraining(StrictModel):
     )
     clip_eps_high: float | None = Field(
         default=0.28, gt=0, description="Upper PPO clip (1 + this); null: clip_eps."
+    )
+    baseline: Literal["none", "batch_mean"] = Field(
+        default="none",
+        description="What the advantage subtracts from a turn's reward: none (the raw "
+        "judgement) or batch_mean (the mean reward of the candidate's turns).",
     )
     log_ratio_clamp: float = Field(
         default=20.0, gt=0, description="|log ratio| is clamped to this before exp."

@@ -55,8 +55,12 @@ def _pad(rows: Sequence[Sequence[Any]], width: int, fill: Any) -> list[list[Any]
 
 
 def turn_tensors(
-    turns: Sequence[JudgedTurn], teacher: Sequence[torch.Tensor | None], pad: int
+    turns: Sequence[JudgedTurn],
+    teacher: Sequence[torch.Tensor | None],
+    pad: int,
+    baseline: float = 0.0,
 ) -> TurnTensors:
+    """The minibatch's tensors; each row's advantage is its reward minus ``baseline``."""
     width = max(len(t.prompt_ids) + len(t.output_ids) for t in turns)
     length = max(len(t.output_ids) for t in turns)
     k = max([len(ids) for t in turns for ids in t.top_ids] or [1])
@@ -77,7 +81,7 @@ def turn_tensors(
         output_ids=torch.tensor(_pad([t.output_ids for t in turns], length, pad)),
         old_logprobs=torch.tensor(_pad([t.logprobs for t in turns], length, 0.0)),
         mask=torch.tensor(_pad([[1.0] * len(t.output_ids) for t in turns], length, 0.0)),
-        rewards=torch.tensor([t.score for t in turns]),
+        rewards=torch.tensor([t.score - baseline for t in turns]),
         top_ids=top,
         top_mask=top_mask,
         distilled=torch.tensor([1.0 if t.distilled else 0.0 for t in turns]),
@@ -147,8 +151,9 @@ def train_openclaw_rl(
         teacher = teacher_targets(policy, tokenizer, turns)  # before any update: frozen
         pad = int(tokenizer.pad_token_id or 0)
         size = options.minibatch
+        baseline = reward_baseline(turns, options)
         batches = [
-            turn_tensors(turns[i : i + size], teacher[i : i + size], pad)
+            turn_tensors(turns[i : i + size], teacher[i : i + size], pad, baseline)
             for i in range(0, len(turns), size)
         ]
         history = _optimise(policy, batches, options)
@@ -157,7 +162,15 @@ def train_openclaw_rl(
         saver.save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
         make_portable(out_dir)
-    return _metrics(turns, history) | {"train_seconds": time.perf_counter() - started}
+    metrics = _metrics(turns, history) | {"baseline": baseline}
+    return metrics | {"train_seconds": time.perf_counter() - started}
+
+
+def reward_baseline(turns: Sequence[JudgedTurn], options: OpenClawTraining) -> float:
+    """What every turn's advantage subtracts from its reward (``options.baseline``)."""
+    if options.baseline == "batch_mean":
+        return sum(t.score for t in turns) / len(turns)
+    return 0.0
 
 
 def _optimise(

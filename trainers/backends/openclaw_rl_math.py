@@ -20,10 +20,11 @@ def ppo_clip_loss(
     eps_high: float,
     log_ratio_clamp: float = 20.0,
 ) -> tuple[torch.Tensor, float, float]:
-    """(loss, mean ratio, clipped fraction) of PPO's clipped surrogate on the raw reward.
+    """(loss, mean ratio, clipped fraction) of PPO's clipped surrogate.
 
     Per token ``r = exp(clamp(log pi - log pi_old))`` against the recorded
-    generation-time logprobs, advantage ``A`` = the row's reward, and the loss is
+    generation-time logprobs, advantage ``A`` = the row's entry of ``rewards`` (its
+    reward, less the recipe's baseline), and the loss is
     ``-min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A)``: past the clip in the
     direction the reward pushes, a token gives no gradient.
     """

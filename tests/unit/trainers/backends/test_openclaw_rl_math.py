@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from recipes.openclaw_rl.training import JudgedTurn, OpenClawTraining
-from trainers.backends.openclaw_rl import output_logprobs, train_openclaw_rl
+from trainers.backends.openclaw_rl import (
+    output_logprobs,
+    reward_baseline,
+    train_openclaw_rl,
+    turn_tensors,
+)
 from trainers.backends.openclaw_rl_math import (
     ppo_clip_loss,
     restricted_log_softmax,
@@ -133,3 +138,38 @@ def test_one_candidate_on_the_tiny_model_trains_on_policy_and_distils(tmp_path: 
         after = output_logprobs(trained, ids, torch.ones_like(ids), [len(prompt)])[0]
     new = sum(float(after[t, token]) for t, token in enumerate(output))
     assert new < sum(recorded)  # a -1 reward made the judged answer less likely
+
+
+def test_a_batch_mean_baseline_is_subtracted_from_every_turns_reward() -> None:
+    """Rewards +1, -1, -1, -1: the batch-mean baseline is -0.5, the advantages 1.5 and
+    -0.5 (each minibatch subtracts the whole batch's mean); without one, the raw reward."""
+    turns = [JudgedTurn((1, 2), (3,), (-0.5,), (), score) for score in (1.0, -1.0, -1.0, -1.0)]
+    assert reward_baseline(turns, OpenClawTraining()) == 0.0
+    baseline = reward_baseline(turns, OpenClawTraining(baseline="batch_mean"))
+    assert baseline == -0.5
+    tensors = turn_tensors(turns[:2], [None, None], 0, baseline)
+    assert tensors.rewards.tolist() == [1.5, -0.5]
+
+
+def test_turns_all_judged_alike_leave_the_policy_unchanged_under_a_batch_mean_baseline(
+    tmp_path: Path,
+) -> None:
+    """Every turn -1: every advantage is 0, so the PPO term has no gradient (no
+    distillation either): the judged answer is as likely after as before (AdamW's weight
+    decay alone moves the weights, by a few millionths)."""
+    model, tokenizer = load(None, "tiny")
+    prompt = prompt_ids(tokenizer, [{"role": "user", "content": "First letter of: kato"}])
+    output = [int(t) for t in tokenizer.encode("kato", add_special_tokens=False)][:3]
+    ids = torch.tensor([prompt + output])
+    with torch.no_grad():
+        full = output_logprobs(model, ids, torch.ones_like(ids), [len(prompt)])[0]
+    recorded = tuple(float(full[t, token]) for t, token in enumerate(output))
+    turns = [JudgedTurn(tuple(prompt), tuple(output), recorded, (), -1.0)] * 2
+    options = OpenClawTraining(epochs=1, baseline="batch_mean", distill_coef=0)
+    metrics = train_openclaw_rl(None, turns, tmp_path / "out", options)
+    assert metrics["baseline"] == -1.0
+    trained, _ = load(tmp_path / "out", "tiny")
+    with torch.no_grad():
+        after = output_logprobs(trained, ids, torch.ones_like(ids), [len(prompt)])[0]
+    new = sum(float(after[t, token]) for t, token in enumerate(output))
+    assert new == pytest.approx(sum(recorded), abs=1e-3)
