@@ -38,18 +38,10 @@ from typing import Any
 import httpx
 from reef_client import ReefClient
 
+from reef_dev import agent_clis
+from reef_dev.agent_clis import AgentRun
 from reef_dev.chat_templates import QWEN25_TOOLS
 
-NODE_MODULES = Path(__file__).resolve().parents[1] / ".tools" / "agents" / "node_modules"
-CLAUDE = NODE_MODULES / "@anthropic-ai/claude-code-linux-x64/claude"
-CODEX = NODE_MODULES / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
-TOKEN_ENV = "REEF_AGENT_TOKEN"  # the variable Codex's provider reads its key from
-QUIET_ENV = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
 #: the folder's pre-tokeniser split: a run of letters is a piece of its own, apart from the
 #: space or punctuation before it, so a word is the same tokens in a sentence (" name"),
 #: a path ("/name") or a JSON string ('"name'). A pretrained tokenizer gives those three
@@ -127,39 +119,6 @@ CODEX_INSTRUCTIONS = "Run one shell command with exec_command to do what the use
 
 
 @dataclass(frozen=True)
-class AgentRun:
-    """One non-interactive agent run: what to execute, with what, where."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-
-    def run(self, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv,
-            env=self.env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-
-def _base_env(home: Path) -> dict[str, str]:
-    """A closed environment: its own HOME, so no user configuration leaks in."""
-    home.mkdir(parents=True, exist_ok=True)
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": str(home)}
-
-
-def _binary(path: Path) -> str:
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: scripts/bootstrap installs the agent CLIs")
-    return str(path)
-
-
-@dataclass(frozen=True)
 class Cli:
     name: str
     #: (prompt, base_url, token, scenario, workdir, home) -> the run
@@ -168,22 +127,35 @@ class Cli:
     correct: Callable[[Task, Path], str]
 
 
+#: the CLIs' environment's PATH: the system's programs only (Codex's commands need no more)
+SYSTEM_PATH = {"PATH": "/usr/bin:/bin"}
+#: Codex's optional context blocks and tools, off: its request holds the instructions,
+#: the task and two tools (``exec_command``, ``write_stdin``), no skills block
+CODEX_OVERRIDES = (
+    "include_permissions_instructions=false",
+    "include_environment_context=false",
+    'web_search="disabled"',
+    "skills.include_instructions=false",
+    "tools.experimental_request_user_input.enabled=false",
+)
+CODEX_DISABLED = ("multi_agent", "goals", "view_image", "collaboration_modes", "apps")
+
+
 def _claude(
     prompt: str, base_url: str, token: str, scenario: str, workdir: Path, home: Path
 ) -> AgentRun:
     """``claude -p`` with a one-sentence system prompt and the Write tool alone."""
-    env = {
-        **_base_env(home),
-        **QUIET_ENV,
-        "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_API_KEY": token,
-        "ANTHROPIC_CUSTOM_HEADERS": f"x-reef-scenario: {scenario}",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "96",
-    }
-    argv = [_binary(CLAUDE), "-p", prompt, "--model", "claude-sonnet-4-5"]
-    argv += ["--allowedTools", "Write", "--tools", "Write", "--output-format", "text"]
-    argv += ["--system-prompt", CLAUDE_SYSTEM, "--max-turns", "2"]
-    return AgentRun(argv, env, workdir)
+    return agent_clis.claude_code(
+        prompt,
+        base_url=base_url,
+        token=token,
+        scenario=scenario,
+        workdir=workdir,
+        home=home,
+        tools=("Write",),
+        extra_args=("--tools", "Write", "--system-prompt", CLAUDE_SYSTEM, "--max-turns", "2"),
+        extra_env=SYSTEM_PATH | {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "96"},
+    )
 
 
 def _codex(
@@ -195,46 +167,24 @@ def _codex(
     home: Path,
     sandbox: str = "workspace-write",
 ) -> AgentRun:
-    """``codex exec`` with Reef as its Responses provider, short instructions and the
-    optional tools and context blocks off: its request holds the instructions, the task
-    and two tools (``exec_command``, ``write_stdin``), no skills block."""
-    codex_home = home / "codex"
-    codex_home.mkdir(parents=True, exist_ok=True)
-    instructions = codex_home / "instructions.md"
+    """``codex exec`` with Reef as its Responses provider, no retries, short
+    instructions and the optional tools and context blocks off."""
+    instructions = home / "codex" / "instructions.md"
+    instructions.parent.mkdir(parents=True, exist_ok=True)
     instructions.write_text(CODEX_INSTRUCTIONS + "\n")
-    (codex_home / "config.toml").write_text(
-        "\n".join(
-            [
-                'model = "gpt-5-codex"',
-                'model_provider = "reef"',
-                "check_for_update_on_startup = false",
-                "",
-                "[model_providers.reef]",
-                'name = "Reef"',
-                f"base_url = {json.dumps(base_url + '/v1')}",
-                f'env_key = "{TOKEN_ENV}"',
-                'wire_api = "responses"',
-                "request_max_retries = 0",
-                "stream_max_retries = 0",
-                f"http_headers = {{ x-reef-scenario = {json.dumps(scenario)} }}",
-                "",
-                "[analytics]",
-                "enabled = false",
-                "",
-            ]
-        )
+    return agent_clis.codex(
+        prompt,
+        v1_url=base_url + "/v1",
+        token=token,
+        scenario=scenario,
+        workdir=workdir,
+        home=home,
+        sandbox=sandbox,
+        retries=0,
+        overrides=(f"model_instructions_file={json.dumps(str(instructions))}", *CODEX_OVERRIDES),
+        disabled=CODEX_DISABLED,
+        extra_env=SYSTEM_PATH,
     )
-    env = {**_base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
-    argv = [_binary(CODEX), "exec", "--skip-git-repo-check"]
-    argv += ["--sandbox", sandbox, "--cd", str(workdir)]
-    argv += ["-c", f"model_instructions_file={json.dumps(str(instructions))}"]
-    argv += ["-c", "include_permissions_instructions=false"]
-    argv += ["-c", "include_environment_context=false", "-c", 'web_search="disabled"']
-    argv += ["-c", "skills.include_instructions=false"]
-    argv += ["-c", "tools.experimental_request_user_input.enabled=false"]
-    for feature in ("multi_agent", "goals", "view_image", "collaboration_modes", "apps"):
-        argv += ["--disable", feature]
-    return AgentRun([*argv, prompt], env, workdir)
 
 
 CLIS = {

@@ -1,6 +1,6 @@
 """The real coding agents, Claude Code and Codex, through ``reef serve`` on both logs.
 
-Each CLI (pinned, installed by scripts/bootstrap: tests/support/agent_clis.py) is asked
+Each CLI (pinned, installed by scripts/bootstrap: reef_dev/agent_clis.py) is asked
 to write a file. The scripted provider answers with a call of the CLI's own tool (Claude
 Code's ``Write``, Codex's ``exec_command``); the CLI runs it for real in its working
 directory and sends the result back; the provider then answers text. Reef must have
@@ -39,8 +39,9 @@ from reef.log.kafka import delete_prefixed_topics
 from reef.settings import Settings
 from reef.testing.servers import ReefProcess, UpstreamProcess, run_reef, start_reef
 from reef.wiring import readable_store
+from reef_dev import agent_clis
 from reef_dev.chat_templates import chatml_tokenizer
-from tests.support import agent_clis, doc_pages
+from tests.support import doc_pages
 from tests.support.api import unique_scenario
 from tests.support.streams import start_streams
 

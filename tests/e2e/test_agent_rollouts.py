@@ -28,7 +28,8 @@ from reef.core.agent_headers import SESSION_SOURCE_TAG
 from reef.core.events import InferenceRecorded
 from reef.core.routing import draw, routing_key, takes
 from reef.core.topics import INFERENCE
-from tests.support import agent_clis, doc_pages
+from reef_dev import agent_clis
+from tests.support import doc_pages
 from tests.support.deployment import Deployment
 
 ANSWER = "wrote hello.txt"

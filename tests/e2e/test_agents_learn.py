@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import agent_clis
+from reef_dev import agent_clis
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "agent_model"

@@ -1,5 +1,5 @@
 """Claude Code and Codex served by Reef's own engine: ``reef serve`` with no upstream starts
-``reef engine`` on the built-in tiny model, and the pinned CLIs (tests/support/agent_clis.py)
+``reef engine`` on the built-in tiny model, and the pinned CLIs (reef_dev/agent_clis.py)
 run one print-mode / ``codex exec`` turn against it.
 
 The tiny model's context window is 1024 tokens, one per character; the CLIs' default
@@ -39,7 +39,8 @@ from reef.log.embedded import EmbeddedLog
 from reef.settings import Settings
 from reef.testing.servers import ReefProcess, start_reef
 from reef.wiring import readable_store
-from tests.support import agent_clis, doc_pages
+from reef_dev import agent_clis
+from tests.support import doc_pages
 from tests.support.api import unique_scenario
 
 PAGE = "agents.md"

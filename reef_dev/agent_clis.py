@@ -1,10 +1,13 @@
-"""The real coding-agent CLIs, Claude Code and Codex, pointed at a Reef (or provider) URL.
+"""The real coding-agent CLIs, Claude Code and Codex, pointed at a Reef (or provider) URL,
+for the tests and the benchmarks alike.
 
 ``scripts/bootstrap`` installs the pinned npm packages under ``.tools/agents`` (their
 native linux binaries come as optional dependencies); :func:`claude_code` and
 :func:`codex` build one non-interactive run: argv, a closed environment (its own HOME, so
 no user configuration leaks in; telemetry, auto-updates and non-essential traffic off)
-and the working directory the agent's tools act in.
+and the working directory the agent's tools act in. A caller narrows a run further
+(a system prompt, fewer tools, Codex's optional blocks off) with extra arguments,
+environment and ``-c`` overrides.
 
 * Claude Code: ``claude -p PROMPT --allowedTools ...`` with ``ANTHROPIC_BASE_URL`` (the
   server root: the CLI appends ``/v1/messages``), ``ANTHROPIC_API_KEY`` (sent as
@@ -23,15 +26,15 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NODE_MODULES = ROOT / ".tools" / "agents" / "node_modules"
 CLAUDE_CODE_VERSION = "2.1.328"
 CODEX_VERSION = "0.169.0"
-TOKEN_ENV = "REEF_AGENT_TOKEN"  # the variable Codex's provider reads its key from
+TOKEN_ENV = "REEF_AGENT_TOKEN"  # noqa: S105  (a variable name): Codex reads its key from it
 _ARCH = {"x86_64": ("x64", "x86_64"), "aarch64": ("arm64", "aarch64")}
 QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -117,6 +120,8 @@ def claude_code(
     home: Path,
     tools: Sequence[str] = ("Write",),
     model: str = "claude-sonnet-4-5",
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> AgentRun:
     """``claude -p`` against ``base_url`` (a server root, no ``/v1``), tools allowed."""
     env = {
@@ -125,14 +130,21 @@ def claude_code(
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": token,
         "ANTHROPIC_CUSTOM_HEADERS": f"x-reef-scenario: {scenario}",
+        **(extra_env or {}),
     }
     argv = [str(claude_binary()), "-p", prompt, "--model", model]
-    argv += ["--allowedTools", ",".join(tools), "--output-format", "text"]
+    argv += ["--allowedTools", ",".join(tools), "--output-format", "text", *extra_args]
     return AgentRun(argv, env, workdir)
 
 
-def codex_config(*, v1_url: str, scenario: str, model: str) -> str:
-    """``config.toml``: Reef as the model provider, speaking the Responses API."""
+def codex_config(*, v1_url: str, scenario: str, model: str, retries: int | None = None) -> str:
+    """``config.toml``: Reef as the model provider, speaking the Responses API;
+    ``retries`` (when given) for both a request and a stream, else Codex's own."""
+    retry_lines = (
+        []
+        if retries is None
+        else [f"request_max_retries = {retries}", f"stream_max_retries = {retries}"]
+    )
     return "\n".join(
         [
             f"model = {json.dumps(model)}",
@@ -144,6 +156,7 @@ def codex_config(*, v1_url: str, scenario: str, model: str) -> str:
             f"base_url = {json.dumps(v1_url)}",
             f'env_key = "{TOKEN_ENV}"',
             'wire_api = "responses"',
+            *retry_lines,
             f"http_headers = {{ x-reef-scenario = {json.dumps(scenario)} }}",
             "",
             "[analytics]",
@@ -162,13 +175,28 @@ def codex(
     workdir: Path,
     home: Path,
     model: str = "gpt-5-codex",
+    sandbox: str = "workspace-write",
+    retries: int | None = None,
+    overrides: Sequence[str] = (),
+    disabled: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> AgentRun:
-    """``codex exec`` against ``v1_url`` (Reef's ``/v1``), writes allowed in ``workdir``."""
+    """``codex exec`` against ``v1_url`` (Reef's ``/v1``) under ``sandbox`` (by default
+    writes only in ``workdir``), with ``-c`` ``overrides`` and ``disabled`` features."""
     codex_home = home / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    config = codex_config(v1_url=v1_url, scenario=scenario, model=model)
+    config = codex_config(v1_url=v1_url, scenario=scenario, model=model, retries=retries)
     (codex_home / "config.toml").write_text(config)
-    env = {**base_env(home), "CODEX_HOME": str(codex_home), TOKEN_ENV: token}
+    env = {
+        **base_env(home),
+        "CODEX_HOME": str(codex_home),
+        TOKEN_ENV: token,
+        **(extra_env or {}),
+    }
     argv = [str(codex_binary()), "exec", "--skip-git-repo-check"]
-    argv += ["--sandbox", "workspace-write", "--cd", str(workdir), prompt]
-    return AgentRun(argv, env, workdir)
+    argv += ["--sandbox", sandbox, "--cd", str(workdir)]
+    for override in overrides:
+        argv += ["-c", override]
+    for feature in disabled:
+        argv += ["--disable", feature]
+    return AgentRun([*argv, prompt], env, workdir)
