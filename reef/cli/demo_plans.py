@@ -254,7 +254,8 @@ PLANS: Final[dict[str, Plan]] = {
         task=FIRST_LETTER,
         respond=reply_as_user,
         config=(
-            "  training: {learning_rate: 0.0008, epochs: 2, minibatch: 16, distill_coef: 0.05}\n"
+            "  training: {learning_rate: 0.0008, epochs: 2, minibatch: 16, distill_coef: 0.01,"
+            " baseline: batch_mean}\n"
             "  gate: {policy: win_margin, margin: 0.0}\n"
         ),
         prompts=128,
