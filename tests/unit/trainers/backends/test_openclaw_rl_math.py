@@ -111,32 +111,44 @@ def test_the_distillation_moves_the_policy_toward_the_teacher_on_the_k_ids_only(
     assert torch.allclose(untouched, LOGITS_S[0, 0, [1, 4]], atol=1e-5)
 
 
-def test_one_candidate_on_the_tiny_model_trains_on_policy_and_distils(tmp_path: Path) -> None:
-    """Turns recorded from the tiny model itself (so the first ratio is 1), one hinted:
-    the teacher (the same weights given the hint) differs from the policy, so the
-    distillation term is positive; the candidate is a loadable model folder."""
-    model, tokenizer = load(None, "tiny")
+def tiny_answer(
+    folder: Path | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...], torch.Tensor]:
+    """(prompt ids, output ids, log-probs ``[outputs, V]``) of the answer "kato" (its
+    first 3 tokens) to "First letter of: kato", read by the built-in tiny model, or by the
+    model saved in ``folder``."""
+    model, tokenizer = load(folder, "tiny")
     prompt = prompt_ids(tokenizer, [{"role": "user", "content": "First letter of: kato"}])
     output = [int(t) for t in tokenizer.encode("kato", add_special_tokens=False)][:3]
     ids = torch.tensor([prompt + output])
     with torch.no_grad():
         full = output_logprobs(model, ids, torch.ones_like(ids), [len(prompt)])[0]
-    recorded = tuple(float(full[t, token]) for t, token in enumerate(output))
+    return tuple(prompt), tuple(output), full
+
+
+def answer_logprobs(full: torch.Tensor, output: tuple[int, ...]) -> tuple[float, ...]:
+    """The log-prob of each output token, from the log-probs at its position."""
+    return tuple(float(full[t, token]) for t, token in enumerate(output))
+
+
+def test_one_candidate_on_the_tiny_model_trains_on_policy_and_distils(tmp_path: Path) -> None:
+    """Turns recorded from the tiny model itself (so the first ratio is 1), one hinted:
+    the teacher (the same weights given the hint) differs from the policy, so the
+    distillation term is positive; the candidate is a loadable model folder."""
+    prompt, output, full = tiny_answer()
+    recorded = answer_logprobs(full, output)
     top = tuple(tuple(int(i) for i in full[t].topk(4).indices) for t in range(len(output)))
     hinted = (("user", "First letter of: kato\n\nHint: The user said: no, just k"),)
     turns = [
-        JudgedTurn(tuple(prompt), tuple(output), recorded, (), -1.0),
-        JudgedTurn(tuple(prompt), tuple(output), recorded, top, -1.0, hinted),
+        JudgedTurn(prompt, output, recorded, (), -1.0),
+        JudgedTurn(prompt, output, recorded, top, -1.0, hinted),
     ]
     metrics = train_openclaw_rl(None, turns, tmp_path / "out", OpenClawTraining(epochs=1))
     assert metrics["ratio_first"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["distilled_turns"] == 1.0 and metrics["distill_first"] > 0.0
     assert metrics["reward_mean"] == -1.0 and metrics["steps"] == 1.0
     assert (tmp_path / "out" / "config.json").is_file()
-    trained, _ = load(tmp_path / "out", "tiny")
-    with torch.no_grad():
-        after = output_logprobs(trained, ids, torch.ones_like(ids), [len(prompt)])[0]
-    new = sum(float(after[t, token]) for t, token in enumerate(output))
+    new = sum(answer_logprobs(tiny_answer(tmp_path / "out")[2], output))
     assert new < sum(recorded)  # a -1 reward made the judged answer less likely
 
 
@@ -157,19 +169,11 @@ def test_turns_all_judged_alike_leave_the_policy_unchanged_under_a_batch_mean_ba
     """Every turn -1: every advantage is 0, so the PPO term has no gradient (no
     distillation either): the judged answer is as likely after as before (AdamW's weight
     decay alone moves the weights, by a few millionths)."""
-    model, tokenizer = load(None, "tiny")
-    prompt = prompt_ids(tokenizer, [{"role": "user", "content": "First letter of: kato"}])
-    output = [int(t) for t in tokenizer.encode("kato", add_special_tokens=False)][:3]
-    ids = torch.tensor([prompt + output])
-    with torch.no_grad():
-        full = output_logprobs(model, ids, torch.ones_like(ids), [len(prompt)])[0]
-    recorded = tuple(float(full[t, token]) for t, token in enumerate(output))
-    turns = [JudgedTurn(tuple(prompt), tuple(output), recorded, (), -1.0)] * 2
+    prompt, output, full = tiny_answer()
+    recorded = answer_logprobs(full, output)
+    turns = [JudgedTurn(prompt, output, recorded, (), -1.0)] * 2
     options = OpenClawTraining(epochs=1, baseline="batch_mean", distill_coef=0)
     metrics = train_openclaw_rl(None, turns, tmp_path / "out", options)
     assert metrics["baseline"] == -1.0
-    trained, _ = load(tmp_path / "out", "tiny")
-    with torch.no_grad():
-        after = output_logprobs(trained, ids, torch.ones_like(ids), [len(prompt)])[0]
-    new = sum(float(after[t, token]) for t, token in enumerate(output))
+    new = sum(answer_logprobs(tiny_answer(tmp_path / "out")[2], output))
     assert new == pytest.approx(sum(recorded), abs=1e-3)
